@@ -1,0 +1,27 @@
+"""epto: total-order broadcast for groups of processes.
+
+The public surface is re-exported here; modules whose names start with an
+underscore are private.
+"""
+
+from ._config import ClockKind as ClockKind
+from ._config import Config as Config
+from ._config import OrderingKind as OrderingKind
+from ._errors import ConfigurationError as ConfigurationError
+from ._errors import EptoError as EptoError
+from ._errors import LocalProtocolError as LocalProtocolError
+from ._errors import RemoteProtocolError as RemoteProtocolError
+from ._event import Ball as Ball
+from ._event import BallEntry as BallEntry
+from ._event import Delivery as Delivery
+from ._event import DeliveryTag as DeliveryTag
+from ._event import Event as Event
+from ._event import EventId as EventId
+from ._event import ProcessId as ProcessId
+from ._process import Process as Process
+from ._process import ProcessStatistics as ProcessStatistics
+from ._sampler import FullView as FullView
+from ._sampler import Membership as Membership
+from ._sampler import PeerSampler as PeerSampler
+
+__version__ = "0.1.0.dev0"

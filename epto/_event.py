@@ -1,0 +1,72 @@
+"""Value objects: events, deliveries and balls.
+
+An event is immutable; the ttl of a copy travels beside it in a ball, never in
+it (DESIGN.md section 4), so one ``Event`` object can be shared by every ball
+and every process of a simulation.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import TypeAlias
+
+import attrs
+
+ProcessId: TypeAlias = int
+"""Processes are named by non-negative integers below 2**64."""
+
+EventId: TypeAlias = tuple[int, int]
+"""``(source, seq)``: seq counts the source's broadcasts from 0."""
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class Event:
+    """One broadcast event.
+
+    The order key is ``(ts, source)``; every source's timestamps strictly
+    increase, so the key is unique.
+    """
+
+    source: ProcessId
+    seq: int
+    ts: int
+    payload: bytes
+
+    @property
+    def id(self) -> EventId:
+        return (self.source, self.seq)
+
+    @property
+    def order_key(self) -> tuple[int, int]:
+        return (self.ts, self.source)
+
+
+BallEntry: TypeAlias = tuple[Event, int]
+"""An event and the ttl of this copy."""
+
+Ball: TypeAlias = Mapping[EventId, BallEntry]
+"""What one process gossips to K peers in a round.
+
+A ball is a set of copies keyed by event id. The dict a process hands out is
+never mutated afterwards, so one ball object may be shared by every receiver.
+Receivers must not mutate it either.
+"""
+
+
+class DeliveryTag(enum.Enum):
+    """How an event reached the application."""
+
+    IN_ORDER = "in-order"
+    """Delivered in the total order."""
+    OUT_OF_ORDER = "out-of-order"
+    """Arrived after later events had been delivered; delivered on request,
+    at most once, outside the total order (EpTO paper section 8.2)."""
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class Delivery:
+    """An event handed to the application, with the round it was delivered in."""
+
+    event: Event
+    tag: DeliveryTag = DeliveryTag.IN_ORDER

@@ -1,0 +1,226 @@
+"""An EpTO process: the dissemination component (EpTO paper, Algorithm 1),
+its clock (Algorithms 3 and 4), and the ordering component it feeds.
+
+The process is sans-IO in the aioquic manner: inputs (:meth:`broadcast`,
+:meth:`receive`, :meth:`handle_timer`) take ``now`` and return nothing but an
+event id; outputs are pulled (:meth:`messages_to_send`, :meth:`next_delivery`,
+:meth:`get_timer`). Time, randomness and the peer sampler are injected, so the
+same inputs and seed give the same outputs.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from collections.abc import Iterator
+
+import attrs
+
+from ._config import Config
+from ._errors import LocalProtocolError
+from ._event import Ball, BallEntry, Delivery, Event, EventId, ProcessId
+from ._ordering import Ordering
+from ._sampler import PeerSampler
+
+_EMPTY_BALL: Ball = {}
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class ProcessStatistics:
+    """Counters and current state sizes of one process."""
+
+    rounds: int
+    broadcasts: int
+    balls_received: int
+    entries_received: int
+    """Event copies received in balls (the sum of the sizes of the balls)."""
+    balls_sent: int
+    delivered: int
+    delivered_out_of_order: int
+    rejected_stale: int
+    next_ball_size: int
+    pending: int
+    """Events received and not yet delivered."""
+    last_delivered_ts: int
+    clock: int
+
+
+class Process:
+    """One member of an EpTO group.
+
+    ``now`` is a float in the caller's time unit (the same unit as
+    :attr:`Config.round_interval`); the first round is due one interval after
+    the ``now`` given here.
+    """
+
+    def __init__(
+        self,
+        pid: ProcessId,
+        config: Config,
+        *,
+        peers: PeerSampler,
+        rng: random.Random,
+        now: float,
+    ) -> None:
+        if not isinstance(pid, int) or not 0 <= pid < 2**64:
+            raise LocalProtocolError(f"process id must be an integer in [0, 2**64), got {pid!r}")
+        self.pid = pid
+        self.config = config
+        self.peers = peers
+        self._rng = rng
+        self._fanout = config.fanout
+        self._relay_ttl = config.ttl
+        self._global_clock = config.clock == "global"
+        self._resolution = config.clock_resolution
+        self._interval = config.round_interval
+        self._deadline = now + config.round_interval
+        # Highest timestamp issued or seen. Both clocks issue above it, which
+        # makes every source's timestamps strictly increasing and keeps a
+        # lagging real clock from producing events that would be rejected.
+        self._clock = 0
+        self._next_seq = 0
+        self._next_ball: dict[EventId, BallEntry] = {}
+        self._outbox: list[tuple[ProcessId, Ball]] = []
+        self._deliveries: deque[Delivery] = deque()
+        self._ordering = Ordering(
+            ttl=config.ttl,
+            strict=config.ordering == "strict",
+            tagged=config.tagged_delivery,
+            emit=self._deliveries.append,
+        )
+        self._rounds = 0
+        self._broadcasts = 0
+        self._balls_received = 0
+        self._entries_received = 0
+        self._balls_sent = 0
+
+    # -- inputs -------------------------------------------------------------
+
+    def broadcast(self, payload: bytes, now: float) -> EventId:
+        """EpTO-broadcast ``payload``; it is sent with the next round's ball."""
+        if not isinstance(payload, bytes | bytearray | memoryview):
+            raise LocalProtocolError(f"payload must be bytes, got {type(payload).__name__}")
+        ts = self._clock + 1
+        if self._global_clock:
+            ts = max(ts, math.floor(now * self._resolution))
+        self._clock = ts
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        event = Event(source=self.pid, seq=seq, ts=ts, payload=bytes(payload))
+        self._next_ball[(self.pid, seq)] = (event, 0)
+        self._broadcasts += 1
+        return (self.pid, seq)
+
+    def receive(self, sender: ProcessId, ball: Ball, now: float) -> None:
+        """Upon receive BALL: relay copies whose ttl is below TTL, keeping the
+        larger ttl, and move the clock past every timestamp seen."""
+        next_ball = self._next_ball
+        relay_ttl = self._relay_ttl
+        clock = self._clock
+        for eid, entry in ball.items():
+            ttl = entry[1]
+            if ttl < relay_ttl:
+                current = next_ball.get(eid)
+                if current is None or current[1] < ttl:
+                    next_ball[eid] = entry
+            ts = entry[0].ts
+            if ts > clock:
+                clock = ts
+        self._clock = clock
+        self._balls_received += 1
+        self._entries_received += len(ball)
+
+    def handle_timer(self, now: float) -> None:
+        """Run the round if it is due: age the ball, send it to K peers, hand it
+        to the ordering component."""
+        if now < self._deadline:
+            return
+        self._run_round()
+        self._deadline += self._interval
+        if self._deadline <= now:
+            # Rounds were missed (a paused driver). Running them back to back
+            # would age events without gossiping them; skip to the next slot.
+            self._deadline = now + self._interval
+
+    # -- outputs ------------------------------------------------------------
+
+    def get_timer(self) -> float:
+        """When :meth:`handle_timer` next has work to do."""
+        return self._deadline
+
+    def messages_to_send(self) -> list[tuple[ProcessId, Ball]]:
+        """Balls to send, as ``(destination, ball)``; drains the outbox.
+
+        One ball object is shared by the destinations of a round and is never
+        mutated afterwards.
+        """
+        out = self._outbox
+        self._outbox = []
+        return out
+
+    def next_delivery(self) -> Delivery | None:
+        """The next delivery for the application, or None."""
+        deliveries = self._deliveries
+        return deliveries.popleft() if deliveries else None
+
+    def deliveries(self) -> Iterator[Delivery]:
+        """Drain every pending delivery."""
+        deliveries = self._deliveries
+        while deliveries:
+            yield deliveries.popleft()
+
+    # -- introspection ------------------------------------------------------
+
+    @property
+    def clock(self) -> int:
+        return self._clock
+
+    @property
+    def last_delivered_ts(self) -> int:
+        return self._ordering.last_delivered_ts
+
+    def pending_events(self) -> list[tuple[Event, int]]:
+        """``(event, ttl)`` for every event received and not yet delivered."""
+        return self._ordering.pending_events()
+
+    def memory_sizes(self) -> dict[str, int]:
+        """Sizes of every container the process keeps between rounds."""
+        sizes = {
+            "next_ball": len(self._next_ball),
+            "outbox": len(self._outbox),
+            "deliveries": len(self._deliveries),
+        }
+        sizes.update(self._ordering.memory_sizes())
+        return sizes
+
+    def statistics(self) -> ProcessStatistics:
+        return ProcessStatistics(
+            rounds=self._rounds,
+            broadcasts=self._broadcasts,
+            balls_received=self._balls_received,
+            entries_received=self._entries_received,
+            balls_sent=self._balls_sent,
+            delivered=self._ordering.delivered_in_order,
+            delivered_out_of_order=self._ordering.delivered_out_of_order,
+            rejected_stale=self._ordering.rejected_stale,
+            next_ball_size=len(self._next_ball),
+            pending=self._ordering.pending,
+            last_delivered_ts=self._ordering.last_delivered_ts,
+            clock=self._clock,
+        )
+
+    # -- the round ----------------------------------------------------------
+
+    def _run_round(self) -> None:
+        self._rounds += 1
+        current = self._next_ball
+        if current:
+            ball: Ball = {eid: (event, ttl + 1) for eid, (event, ttl) in current.items()}
+            self._next_ball = {}
+            targets = self.peers.sample(self._fanout, self._rng)
+            self._outbox.extend((dest, ball) for dest in targets)
+            self._balls_sent += len(targets)
+        else:
+            ball = _EMPTY_BALL
+        self._ordering.order(ball)

@@ -1,0 +1,5 @@
+import sys
+
+from epto.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Drivers that run the sans-IO core over a network (imported as ``epto.transports``)."""
