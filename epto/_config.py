@@ -3,34 +3,37 @@
 from __future__ import annotations
 
 import math
-from typing import Literal, TypeAlias
+from collections.abc import Callable
+from typing import Any, Literal, TypeAlias
 
 import attrs
 
 from ._errors import ConfigurationError
 
+_Validator: TypeAlias = Callable[[Any, "attrs.Attribute[Any]", Any], None]
+
 ClockKind: TypeAlias = Literal["logical", "global"]
 OrderingKind: TypeAlias = Literal["strict", "paper"]
 
 
-def _positive_int(name: str) -> object:
-    def check(_inst: object, _attr: object, value: int) -> None:
+def _positive_int(name: str) -> _Validator:
+    def check(_inst: Any, _attr: Any, value: Any) -> None:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigurationError(f"{name} must be a positive integer, got {value!r}")
 
     return check
 
 
-def _positive_float(name: str) -> object:
-    def check(_inst: object, _attr: object, value: float) -> None:
+def _positive_float(name: str) -> _Validator:
+    def check(_inst: Any, _attr: Any, value: Any) -> None:
         if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
             raise ConfigurationError(f"{name} must be a positive finite number, got {value!r}")
 
     return check
 
 
-def _one_of(name: str, allowed: tuple[str, ...]) -> object:
-    def check(_inst: object, _attr: object, value: str) -> None:
+def _one_of(name: str, allowed: tuple[str, ...]) -> _Validator:
+    def check(_inst: Any, _attr: Any, value: Any) -> None:
         if value not in allowed:
             raise ConfigurationError(f"{name} must be one of {allowed}, got {value!r}")
 
@@ -45,21 +48,21 @@ class Config:
     transports, abstract time units in the simulator).
     """
 
-    fanout: int = attrs.field(validator=_positive_int("fanout"))  # type: ignore[arg-type]
+    fanout: int = attrs.field(validator=_positive_int("fanout"))
     """K: peers each ball is sent to every round."""
 
-    ttl: int = attrs.field(validator=_positive_int("ttl"))  # type: ignore[arg-type]
+    ttl: int = attrs.field(validator=_positive_int("ttl"))
     """TTL: rounds an event is relayed; it is stable once its copy's ttl exceeds this."""
 
     round_interval: float = attrs.field(
         default=0.125,
-        validator=_positive_float("round_interval"),  # type: ignore[arg-type]
+        validator=_positive_float("round_interval"),
     )
     """δ: time between two rounds."""
 
     clock: ClockKind = attrs.field(
         default="logical",
-        validator=_one_of("clock", ("logical", "global")),  # type: ignore[arg-type]
+        validator=_one_of("clock", ("logical", "global")),
     )
     """``"logical"`` (Alg. 4, no clock assumption) or ``"global"`` (Alg. 3).
 
@@ -70,7 +73,7 @@ class Config:
 
     ordering: OrderingKind = attrs.field(
         default="strict",
-        validator=_one_of("ordering", ("strict", "paper")),  # type: ignore[arg-type]
+        validator=_one_of("ordering", ("strict", "paper")),
     )
     """``"strict"``: the corrected conditions (total order always holds).
     ``"paper"``: the conditions as published, kept to reproduce their violation."""
@@ -81,7 +84,7 @@ class Config:
 
     clock_resolution: float = attrs.field(
         default=1_000_000.0,
-        validator=_positive_float("clock_resolution"),  # type: ignore[arg-type]
+        validator=_positive_float("clock_resolution"),
     )
     """Global clock ticks per unit of ``now`` (default: microseconds of seconds)."""
 

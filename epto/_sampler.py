@@ -9,7 +9,7 @@ process knows; Cyclon (a partial view kept by gossip) implements the same
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
 from ._event import ProcessId
@@ -59,7 +59,7 @@ class Membership:
     def __len__(self) -> int:
         return len(self._members)
 
-    def __iter__(self) -> Iterable[ProcessId]:  # type: ignore[override]
+    def __iter__(self) -> Iterator[ProcessId]:
         return iter(list(self._members))
 
     def sample_excluding(self, k: int, exclude: ProcessId, rng: random.Random) -> list[ProcessId]:

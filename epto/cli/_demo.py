@@ -28,14 +28,18 @@ def run(args: argparse.Namespace) -> int:
     assert config is not None
     members = epto.Membership(range(n))
     procs = [
-        epto.Process(i, config, peers=epto.FullView(i, members), rng=random.Random(rng.random()), now=0.0)
+        epto.Process(
+            i, config, peers=epto.FullView(i, members), rng=random.Random(rng.random()), now=0.0
+        )
         for i in range(n)
     ]
     delivered: dict[int, list[epto.EventId]] = {i: [] for i in range(n)}
     now = 0.0
     sent = 0
     rounds = 0
-    while sent < args.events or any(p.statistics().pending or p.statistics().next_ball_size for p in procs):
+    while sent < args.events or any(
+        p.statistics().pending or p.statistics().next_ball_size for p in procs
+    ):
         now += config.round_interval
         rounds += 1
         if sent < args.events:
@@ -50,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
             delivered[p.pid].extend(d.event.id for d in p.deliveries())
     first = delivered[0]
     same = all(seq == first for seq in delivered.values())
-    print(f"{n} processes, {args.events} events, {rounds} rounds (fanout {config.fanout}, TTL {config.ttl})")
+    print(
+        f"{n} processes, {args.events} events, {rounds} rounds (fanout {config.fanout}, TTL {config.ttl})"
+    )
     print(f"every process delivered {len(first)} events; identical order everywhere: {same}")
     return 0 if same and len(first) == args.events else 1
