@@ -55,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
     first = delivered[0]
     same = all(seq == first for seq in delivered.values())
     print(
-        f"{n} processes, {args.events} events, {rounds} rounds (fanout {config.fanout}, TTL {config.ttl})"
+        f"{n} processes, {args.events} events, {rounds} rounds "
+        f"(fanout {config.fanout}, TTL {config.ttl})"
     )
     print(f"every process delivered {len(first)} events; identical order everywhere: {same}")
     return 0 if same and len(first) == args.events else 1
