@@ -32,6 +32,9 @@ class Event:
     seq: int
     ts: int
     payload: bytes
+    signature: bytes = b""
+    """Ed25519 signature of the source over (source, seq, ts, payload), or empty
+    when the group does not sign events. Relays forward it unchanged."""
 
     @property
     def id(self) -> EventId:

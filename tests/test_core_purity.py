@@ -10,7 +10,7 @@ import pytest
 FORBIDDEN = {"trio", "zmq", "socket", "threading", "time", "asyncio", "selectors", "os"}
 CORE = Path(__file__).resolve().parent.parent / "epto"
 # Integrations that live in epto/ but are not protocol state machines.
-NOT_CORE = {"cli", "log", "spark", "keys"}
+NOT_CORE = {"benchmarks", "cli", "keys", "log", "spark"}
 
 
 def core_modules() -> list[Path]:

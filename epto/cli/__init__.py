@@ -17,6 +17,7 @@ from collections.abc import Sequence
 _COMMANDS = (
     "demo",
     "params",
+    "bench",
 )
 
 
