@@ -4,6 +4,8 @@ The public surface is re-exported here; modules whose names start with an
 underscore are private.
 """
 
+# Layered balls: the mapping processes exchange, built for cheap merging
+from ._ball import LayeredBall as LayeredBall
 from ._config import ClockKind as ClockKind
 from ._config import Config as Config
 from ._config import OrderingKind as OrderingKind
