@@ -4,9 +4,6 @@ The public surface is re-exported here; modules whose names start with an
 underscore are private.
 """
 
-# Wire format: frames, kinds, limits, codec
-from ._codec import FrameCodec as FrameCodec
-from ._codec import Sealer as Sealer
 from ._config import ClockKind as ClockKind
 from ._config import Config as Config
 from ._config import OrderingKind as OrderingKind
@@ -21,16 +18,27 @@ from ._event import DeliveryTag as DeliveryTag
 from ._event import Event as Event
 from ._event import EventId as EventId
 from ._event import ProcessId as ProcessId
+from ._process import Process as Process
+from ._process import ProcessStatistics as ProcessStatistics
+from ._sampler import FullView as FullView
+from ._sampler import Membership as Membership
+from ._sampler import PeerSampler as PeerSampler
+
+# isort: split
+# Wire format: frames, kinds, limits, codec
+from ._codec import FrameCodec as FrameCodec
+from ._codec import Sealer as Sealer
 from ._frame_bodies import default_registry as default_registry
 from ._frames import Frame as Frame
 from ._frames import FrameKind as FrameKind
 from ._frames import FrameRegistry as FrameRegistry
 from ._frames import Reader as Reader
 from ._limits import Limits as Limits
-from ._process import Process as Process
-from ._process import ProcessStatistics as ProcessStatistics
-from ._sampler import FullView as FullView
-from ._sampler import Membership as Membership
-from ._sampler import PeerSampler as PeerSampler
+
+# isort: split
+# Group encryption of frames (needs the crypto extra when used)
+from ._replay import ReplayWindow as ReplayWindow
+from ._seal import GroupKey as GroupKey
+from ._seal import GroupSealer as GroupSealer
 
 __version__ = "0.1.0.dev0"
