@@ -187,9 +187,11 @@ class Cyclon(PeerSampler):
         self.address = bytes(address)
         self.config = config if config is not None else CyclonConfig()
         self._rng = rng
-        # pid -> (address, birth): an entry's age is ``self._tick - birth``, so
-        # ageing the whole view is one increment of the tick.
-        self._view: dict[ProcessId, tuple[bytes, int]] = {}
+        # The view: pid -> birth tick, and pid -> address (same keys). An
+        # entry's age is ``self._tick - birth``, so ageing the whole view is
+        # one increment of the tick.
+        self._view: dict[ProcessId, int] = {}
+        self._view_addresses: dict[ProcessId, bytes] = {}
         self._tick = 0
         self._seeds = tuple(s for s in seeds if s.pid != pid)
         self._addresses: OrderedDict[ProcessId, bytes] = OrderedDict()
@@ -283,9 +285,9 @@ class Cyclon(PeerSampler):
 
     def address_of(self, pid: ProcessId) -> bytes | None:
         """The transport address of a peer in the view or recently in contact."""
-        entry = self._view.get(pid)
-        if entry is not None:
-            return entry[0]
+        address = self._view_addresses.get(pid)
+        if address is not None:
+            return address
         return self._addresses.get(pid)
 
     # -- introspection ------------------------------------------------------
@@ -322,19 +324,23 @@ class Cyclon(PeerSampler):
 
     def _shuffle(self, now: float) -> None:
         view = self._view
+        addresses = self._view_addresses
         self._tick += 1
-        oldest_birth = self._tick - self.config.purge_age
-        stale = [pid for pid, (_, birth) in view.items() if birth < oldest_birth]
-        for pid in stale:
-            del view[pid]
-        self._purged += len(stale)
+        if view:
+            oldest_birth = self._tick - self.config.purge_age
+            if min(view.values()) < oldest_birth:
+                stale = [pid for pid, birth in view.items() if birth < oldest_birth]
+                for pid in stale:
+                    del view[pid], addresses[pid]
+                self._purged += len(stale)
         if not view:
             self._fill_from_seeds()
             if not view:
                 return
-        target = min(view, key=lambda pid: view[pid][1])
-        address = view.pop(target)[0]
-        self._remember(target, address)
+        # The oldest entry; ties go to the entry longest in the view.
+        target = min(view, key=view.__getitem__)
+        del view[target]
+        self._remember(target, addresses.pop(target))
         others = list(view)
         count = min(self.config.shuffle_length - 1, len(others))
         sent = self._rng.sample(others, count)
@@ -370,7 +376,8 @@ class Cyclon(PeerSampler):
 
     def _on_leave(self, sender: ProcessId) -> None:
         self._leaves += 1
-        self._view.pop(sender, None)
+        if self._view.pop(sender, None) is not None:
+            del self._view_addresses[sender]
         self._pending.pop(sender, None)
 
     def _merge(
@@ -381,6 +388,7 @@ class Cyclon(PeerSampler):
         refresh: ProcessId | None,
     ) -> None:
         view = self._view
+        addresses = self._view_addresses
         tick = self._tick
         capacity = self.config.view_size
         replaceable = [pid for pid in sent if pid in view]
@@ -390,13 +398,17 @@ class Cyclon(PeerSampler):
                 continue
             if pid in view:
                 if pid == refresh:
-                    view[pid] = (entry.address, tick - entry.age)
+                    view[pid] = tick - entry.age
+                    addresses[pid] = entry.address
                 continue
             if len(view) < capacity:
-                view[pid] = (entry.address, tick - entry.age)
+                view[pid] = tick - entry.age
+                addresses[pid] = entry.address
             elif replaceable:
-                del view[replaceable.pop()]
-                view[pid] = (entry.address, tick - entry.age)
+                evicted = replaceable.pop()
+                del view[evicted], addresses[evicted]
+                view[pid] = tick - entry.age
+                addresses[pid] = entry.address
 
     def _expire(self, now: float) -> None:
         expired = [pid for pid, p in self._pending.items() if p.deadline < now]
@@ -409,11 +421,13 @@ class Cyclon(PeerSampler):
             if len(self._view) >= self.config.view_size:
                 break
             if seed.pid not in self._view:
-                self._view[seed.pid] = (seed.address, self._tick)
+                self._view[seed.pid] = self._tick
+                self._view_addresses[seed.pid] = seed.address
 
     def _descriptor(self, pid: ProcessId) -> PeerDescriptor:
-        address, birth = self._view[pid]
-        return PeerDescriptor(pid=pid, address=address, age=self._tick - birth)
+        return PeerDescriptor(
+            pid=pid, address=self._view_addresses[pid], age=self._tick - self._view[pid]
+        )
 
     def _remember(self, pid: ProcessId, address: bytes) -> None:
         cache = self._addresses
