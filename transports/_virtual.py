@@ -45,6 +45,7 @@ from epto import (
     Config,
     ConfigurationError,
     Delivery,
+    DeliveryTag,
     EventId,
     FullView,
     LocalProtocolError,
@@ -560,7 +561,7 @@ class DeliveryRecorder(SimulationObserver):
     def on_delivery(self, pid: ProcessId, delivery: Delivery, now: float) -> None:
         event = delivery.event
         eid = (event.source, event.seq)
-        if delivery.tag.value == "out-of-order":
+        if delivery.tag is DeliveryTag.OUT_OF_ORDER:
             self.out_of_order.setdefault(pid, []).append(eid)
             return
         self.sequences[pid].append(eid)

@@ -107,7 +107,12 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from epto import ConfigurationError
-    from epto.transports.virtual import SimulationSpec, run_simulation
+
+    # mypy does not follow the package-dir mapping of epto.transports.
+    from epto.transports.virtual import (  # type: ignore[import-not-found]
+        SimulationSpec,
+        run_simulation,
+    )
 
     churn = args.churn_count if args.churn_count is not None else args.churn * args.processes
     try:
