@@ -7,7 +7,10 @@ import importlib
 from typing import Any
 
 # One line per benchmark module in epto/benchmarks/.
-_TOPICS: tuple[str, ...] = ("core",)
+_TOPICS: tuple[str, ...] = (
+    "core",
+    "cyclon",
+)
 
 
 def register(sub: Any) -> None:
