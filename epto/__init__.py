@@ -41,4 +41,11 @@ from ._replay import ReplayWindow as ReplayWindow
 from ._seal import GroupKey as GroupKey
 from ._seal import GroupSealer as GroupSealer
 
+# isort: split
+# Event signatures (Ed25519; needs the crypto extra when used)
+from ._signing import EventSigner as EventSigner
+from ._signing import SignatureVerifier as SignatureVerifier
+from ._signing import VerifierStatistics as VerifierStatistics
+from ._signing import signed_message as signed_message
+
 __version__ = "0.1.0.dev0"
