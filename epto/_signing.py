@@ -120,16 +120,24 @@ class SignatureVerifier:
 
     Use :meth:`filter_ball` as ``FrameCodec(ball_filter=...)``: events that
     fail are removed from the ball (so they never reach ordering) and counted.
-    ``cache_size`` bounds the verified-content cache; make it at least the
-    number of distinct events a process holds at once (about ``ttl`` rounds of
-    broadcasts), or copies are verified more than once (still correct).
+    ``cache_size`` (entries) and ``cache_bytes`` (payload bytes kept alive by
+    the cache) bound the verified-content cache, least recently used first;
+    make them cover the distinct events a process holds at once (about ``ttl``
+    rounds of broadcasts), or copies are verified more than once (still
+    correct, only slower).
     """
 
-    def __init__(self, roster: Mapping[ProcessId, bytes], *, cache_size: int = 65536) -> None:
+    def __init__(
+        self,
+        roster: Mapping[ProcessId, bytes],
+        *,
+        cache_size: int = 65536,
+        cache_bytes: int = 8 << 20,
+    ) -> None:
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-        if cache_size < 1:
-            raise ConfigurationError("SignatureVerifier cache_size must be positive")
+        if cache_size < 1 or cache_bytes < 1:
+            raise ConfigurationError("SignatureVerifier cache bounds must be positive")
         self._keys: dict[ProcessId, Ed25519PublicKey] = {}
         for pid, raw in roster.items():
             try:
@@ -137,6 +145,8 @@ class SignatureVerifier:
             except ValueError as exc:
                 raise ConfigurationError(f"bad public key for process {pid}: {exc}") from None
         self._cache_size = cache_size
+        self._cache_bytes = cache_bytes
+        self._cached_bytes = 0
         self._verified: OrderedDict[EventId, tuple[int, bytes, bytes]] = OrderedDict()
         self._checks = 0
         self._passed = 0
@@ -175,12 +185,20 @@ class SignatureVerifier:
                 reason = "bad-signature"
             else:
                 self._passed += 1
-                self._verified[key] = (event.ts, event.payload, event.signature)
-                if len(self._verified) > self._cache_size:
-                    self._verified.popitem(last=False)
+                self._remember(key, event)
                 return None
         self.rejected[reason] += 1
         return reason
+
+    def _remember(self, key: EventId, event: Event) -> None:
+        verified = self._verified
+        verified[key] = (event.ts, event.payload, event.signature)
+        self._cached_bytes += len(event.payload)
+        while len(verified) > self._cache_size or (
+            self._cached_bytes > self._cache_bytes and len(verified) > 1
+        ):
+            _ts, payload, _sig = verified.popitem(last=False)[1]
+            self._cached_bytes -= len(payload)
 
     def filter_ball(self, ball: Ball, now: float = 0.0) -> Ball:
         """``ball`` without the events whose signature fails (the same dict if all pass)."""

@@ -84,6 +84,11 @@ def test_filter_ball_drops_only_the_bad_events_and_cache_is_bounded() -> None:
     out = verifier.filter_ball(mixed)
     assert set(out) == set(ball) - {bad.id}
     assert len(verifier._verified) == 4
+    by_bytes = SignatureVerifier({0: signer.public_key}, cache_bytes=25)
+    big = [signer.sign(Event(source=0, seq=i, ts=i + 1, payload=bytes(10))) for i in range(10)]
+    for event in big:
+        assert by_bytes.check(event) is None
+    assert len(by_bytes._verified) == 2 and by_bytes._cached_bytes == 20
     with pytest.raises(ConfigurationError):
         SignatureVerifier({1: b"short"})
     with pytest.raises(ConfigurationError):
