@@ -28,6 +28,10 @@ from ._sampler import PeerSampler as PeerSampler
 # Wire format: frames, kinds, limits, codec
 from ._codec import FrameCodec as FrameCodec
 from ._codec import Sealer as Sealer
+from ._frame_bodies import KIND_BALL as KIND_BALL
+from ._frame_bodies import KIND_LEAVE as KIND_LEAVE
+from ._frame_bodies import KIND_SHUFFLE_REPLY as KIND_SHUFFLE_REPLY
+from ._frame_bodies import KIND_SHUFFLE_REQUEST as KIND_SHUFFLE_REQUEST
 from ._frame_bodies import default_registry as default_registry
 from ._frames import Frame as Frame
 from ._frames import FrameKind as FrameKind

@@ -71,6 +71,8 @@ class FrameCodec:
         self.registry = registry if registry is not None else default_registry()
         self.sealer = sealer
         self.ball_filter = ball_filter
+        if me is not None and not 0 <= me < 1 << 64:
+            raise LocalProtocolError(f"process id {me} is not a uint64")
         self.me = me
         overhead = HEADER_SIZE + (SEAL_OVERHEAD if sealer is not None else 0)
         self._body_budget = self.limits.max_frame_size - overhead

@@ -166,6 +166,8 @@ class GroupSealer:
     def seal(
         self, kind: int, sender: ProcessId, group: int, body: bytes, to: ProcessId | None = None
     ) -> bytes:
+        if to is not None and not 0 <= to < _U64_LIMIT:
+            raise LocalProtocolError(f"receiver id {to} is not a uint64")
         counter = self._counter
         if counter >= _U64_LIMIT:
             raise LocalProtocolError("nonce counter exhausted; rotate the key and restart")

@@ -154,6 +154,10 @@ def test_configuration_errors() -> None:
         GroupSealer(KEY, counter_start=0)
     with pytest.raises(ConfigurationError):
         GroupSealer(KEY, counter_start=-1, prefix=b"abcd")
+    with pytest.raises(LocalProtocolError):
+        GroupSealer(KEY, counter_start=0, prefix=b"abcd").seal(1, 1, GROUP, b"", to=1 << 64)
+    with pytest.raises(LocalProtocolError):
+        FrameCodec(group=GROUP, me=-1)
     assert "secret" not in repr(KEY).replace("secret=<hidden>", "")
     assert str(bytes(range(32))) not in repr(KEY)
 
