@@ -19,6 +19,7 @@ _COMMANDS = (
     "params",
     "bench",
     "simulate",
+    "keygen",
 )
 
 
