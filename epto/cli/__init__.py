@@ -18,6 +18,8 @@ _COMMANDS = (
     "demo",
     "params",
     "bench",
+    "check",
+    "analyze",
 )
 
 
