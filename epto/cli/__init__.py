@@ -20,6 +20,8 @@ _COMMANDS = (
     "bench",
     "simulate",
     "keygen",
+    "check",
+    "analyze",
 )
 
 
