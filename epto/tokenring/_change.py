@@ -61,7 +61,12 @@ def drive_change(p: TokenRingProcess, now: float) -> None:
     if proposer is not None:
         if proposer.value is None:
             maybe_phase2(p, now)
-        if now - proposer.started <= cfg.change_timeout:
+        half = proposer.started + cfg.change_timeout / 2
+        if now < half:
+            p._change_at = half
+            return
+        if now <= proposer.started + cfg.change_timeout:
+            p._change_at = proposer.started + cfg.change_timeout * 1.001
             return
         p._proposer = None
     wanted = _wanted(p, now)

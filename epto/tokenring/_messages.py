@@ -112,6 +112,9 @@ class Order:
     that they deliver without waiting for the token."""
 
     state: TokenState
+    assigned: tuple[tuple[int, EventId], ...] = ()
+    """The newly stable assignments, including those the token no longer
+    carries because every core member holds them."""
 
 
 @attrs.frozen(kw_only=True, slots=True)

@@ -109,6 +109,7 @@ class TokenRingProcess:
         self._join_at = now
         self._round = 0
         self._proposer: Proposer | None = None
+        self._change_at = math.inf
         self._proposal_full = False
         self._fenced_since: float | None = None
         self._want_since: float | None = None
@@ -212,7 +213,7 @@ class TokenRingProcess:
         if self._fetch_since is not None:
             t = min(t, max(self._fetch_since, self._fetch_sent) + self.cfg.fetch_timeout)
         if self._proposer is not None:
-            t = min(t, self._proposer.started + self.cfg.change_timeout / 2)
+            t = min(t, self._change_at)
         return t
 
     def messages_to_send(self) -> list[tuple[ProcessId, Message]]:
@@ -302,6 +303,11 @@ class TokenRingProcess:
         if msg.state.hop > self._snap.hop:
             self._token_seen = now
             self._order_from = sender
+        try:
+            self._book.learn(msg.assigned, 0)
+        except seqr.Divergence:
+            self._leave(Input.DIVERGED)
+            return
         self._learn(msg.state)
 
     def _deliver(self, now: float) -> None:
@@ -339,6 +345,7 @@ class TokenRingProcess:
             return
         if now < max(self._fetch_since, self._fetch_sent) + self.cfg.fetch_timeout:
             return
+        self._fetch_sent = now
         book = self._book
         end = book.stable
         target = self._order_from
@@ -428,7 +435,13 @@ class TokenRingProcess:
     def _take(self, state: TokenState, before: int) -> None:
         self._learn(state)
         if state.stable > before:
-            self._send_all(Order(state=state))
+            book = self._book
+            assigned = []
+            for seq in range(before, state.stable):
+                eid = book.assignment(seq)
+                if eid is not None:
+                    assigned.append((seq, eid))
+            self._send_all(Order(state=state, assigned=tuple(assigned)))
 
     def _pass_token(self, now: float) -> None:
         token = self._token
@@ -438,6 +451,7 @@ class TokenRingProcess:
             del pool[eid]
         ids = seqr.pick(token, pool, self.cfg.max_batch)
         new = seqr.sequence(token, self.pid, ids, self.config.core, self._k())
+        self._book.learn([(token.next_seq + i, eid) for i, eid in enumerate(ids)], 0)
         self._take(new, token.stable)
         core = self.config.core
         nxt = core[(core.index(self.pid) + 1) % len(core)]
