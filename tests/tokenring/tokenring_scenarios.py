@@ -30,6 +30,8 @@ def random_run(seed: int, n: int = 5, duration: float = 8.0, k: int | None = Non
                 if proc.holds_token() and p not in cluster.crashed:
                     cluster.crash(p)
                     return
+            if cluster.now < duration:
+                cluster.at(cluster.now + 0.0005, crash_holder)  # in flight: retry
 
         cluster.at(rng.uniform(0.5, 2.0), crash_holder)
     if "crash" in faults:
@@ -59,7 +61,7 @@ def random_run(seed: int, n: int = 5, duration: float = 8.0, k: int | None = Non
             )
     if "join" in faults:
         cluster.at(rng.uniform(0.5, 3.0), lambda: cluster.join(100 + seed % 7, [0, 1, 2]))
-    cluster.run_until(duration + 20.0)
+    cluster.run_until(duration + 12.0)
     return cluster
 
 
