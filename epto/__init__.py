@@ -55,4 +55,9 @@ from ._peer_messages import PeerMessage as PeerMessage
 from ._peer_messages import ShuffleReply as ShuffleReply
 from ._peer_messages import ShuffleRequest as ShuffleRequest
 
+# isort: split
+# Token-ring mode: moving sequencer with two-level membership (epto.tokenring)
+from .tokenring import TokenRingConfig as TokenRingConfig
+from .tokenring import TokenRingProcess as TokenRingProcess
+
 __version__ = "0.1.0.dev0"

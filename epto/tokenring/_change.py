@@ -154,9 +154,7 @@ def maybe_phase2(p: TokenRingProcess, now: float) -> None:
         return
     cfg = p.cfg
     expected = {
-        m
-        for m in proposer.voters
-        if m == p.pid or p._fd.silent_for(m, now) <= cfg.suspect_timeout
+        m for m in proposer.voters if m == p.pid or p._fd.silent_for(m, now) <= cfg.suspect_timeout
     }
     if not expected <= proposer.promises.keys() and now - proposer.started < cfg.change_timeout / 2:
         return

@@ -101,9 +101,7 @@ def _settle(
     )
 
 
-def relabel(
-    state: TokenState, instance: int, core: Iterable[ProcessId], k: int
-) -> TokenState:
+def relabel(state: TokenState, instance: int, core: Iterable[ProcessId], k: int) -> TokenState:
     """The decided state of a light change: the token restarts at hop 0 of the
     new instance with the same assignments."""
     start = attrs.evolve(state, instance=instance, hop=-1)

@@ -17,6 +17,7 @@ import itertools
 import math
 import random
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from .._event import EventId, ProcessId
 from ._config import TokenRingConfig
@@ -24,8 +25,27 @@ from ._messages import Message
 from ._process import TokenRingProcess
 
 
+class Latency(Protocol):
+    """One-way delay of a message; the latency models of
+    ``epto.transports.virtual`` (constant, uniform, PlanetLab) fit."""
+
+    def sample(self, src: int, dst: int, rng: random.Random) -> float: ...
+
+
+class _Uniform:
+    def __init__(self, lo: float, hi: float) -> None:
+        self.lo, self.hi = lo, hi
+
+    def sample(self, src: int, dst: int, rng: random.Random) -> float:
+        return rng.uniform(self.lo, self.hi)
+
+
 class TokenRingCluster:
-    """Processes ``0 .. n-1`` (bootstrap members) on a simulated network."""
+    """Processes ``0 .. n-1`` (bootstrap members) on a simulated network.
+
+    ``delay`` is ``(low, high)`` for a uniform one-way delay per message, or a
+    latency model object with ``sample(src, dst, rng)``.
+    """
 
     def __init__(
         self,
@@ -33,11 +53,11 @@ class TokenRingCluster:
         config: TokenRingConfig,
         *,
         seed: int,
-        delay: tuple[float, float] = (0.001, 0.005),
+        delay: tuple[float, float] | Latency = (0.001, 0.005),
     ) -> None:
         self.rng = random.Random(seed)
         self.config = config
-        self.delay = delay
+        self.latency: Latency = _Uniform(*delay) if isinstance(delay, tuple) else delay
         self.now = 0.0
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
         self._counter = itertools.count()
@@ -103,8 +123,8 @@ class TokenRingCluster:
         link = (src, dest)
         if not self._up(src, dest) or dest not in self.procs:
             return
-        lo, hi = self.delay
-        arrival = max(self.now + self.rng.uniform(lo, hi), self._last_arrival.get(link, 0.0))
+        delay = self.latency.sample(src, dest, self.rng)
+        arrival = max(self.now + delay, self._last_arrival.get(link, 0.0))
         self._last_arrival[link] = arrival
         epoch = self._epoch.get(link, 0)
 

@@ -9,7 +9,9 @@ from epto.tokenring import TokenRingConfig
 from epto.tokenring.simulation import TokenRingCluster
 
 
-def random_run(seed: int, n: int = 5, duration: float = 8.0, k: int | None = None) -> TokenRingCluster:
+def random_run(
+    seed: int, n: int = 5, duration: float = 8.0, k: int | None = None
+) -> TokenRingCluster:
     """A run with broadcasts from everyone, random delays, link breaks, a
     crash of the token holder, a flapping member, a partition, and a join."""
     rng = random.Random(seed)
