@@ -115,6 +115,7 @@ class TokenRingProcess:
         self._want_since: float | None = None
         self._replied: dict[ProcessId, float] = {}
         self._order_from: ProcessId | None = None
+        self._too_old: set[ProcessId] = set()
         self._counts = dict.fromkeys(
             (
                 "broadcasts",
@@ -384,8 +385,13 @@ class TokenRingProcess:
         if book.next_deliver < msg.oldest and not any(
             s == book.next_deliver for s, _ in msg.entries
         ):
-            self._leave(Input.TOO_FAR_BEHIND)
-            return
+            # The sender no longer keeps what we miss (or never had it: it
+            # joined later). Once a majority of the view says so, nobody will
+            # serve it: leave, and rejoin under a new identity.
+            self._too_old.add(sender)
+            if len(self._too_old) > len(self.config.members) // 2:
+                self._leave(Input.TOO_FAR_BEHIND)
+                return
         for event in msg.events:
             book.add_event(event)
         try:

@@ -186,3 +186,16 @@ def test_latency_grows_with_k(n: int) -> None:
         assert agreement_violations(cluster) == []
         medians.append(statistics.median(cluster.latencies()))
     assert medians[0] < medians[1] < medians[2]
+
+
+def test_member_too_far_behind_leaves_and_others_continue() -> None:
+    cfg = TokenRingConfig(log_retention=20, exclude_timeout=30.0)
+    cluster = TokenRingCluster(5, cfg, seed=4)
+    _steady(cluster, [0, 1, 2, 3], 0.05, 6.0, 40)
+    cluster.at(1.0, lambda: cluster.disconnect(4))
+    cluster.at(4.0, lambda: cluster.reconnect(4))
+    cluster.run_until(8.0)
+    assert cluster.procs[4].role is Role.EXCLUDED
+    assert cluster.procs[0].statistics().full_changes == 0  # no one excluded it
+    assert agreement_violations(cluster) == []
+    assert len(cluster.delivered[0]) == len(cluster.broadcast_at)
