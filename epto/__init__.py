@@ -68,4 +68,9 @@ from ._signing import SignatureVerifier as SignatureVerifier
 from ._signing import VerifierStatistics as VerifierStatistics
 from ._signing import signed_message as signed_message
 
+# isort: split
+# Token-ring mode: moving sequencer with two-level membership (epto.tokenring)
+from .tokenring import TokenRingConfig as TokenRingConfig
+from .tokenring import TokenRingProcess as TokenRingProcess
+
 __version__ = "0.1.0.dev0"
