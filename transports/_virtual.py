@@ -1,9 +1,13 @@
 """The virtual-time network: a seeded discrete-event simulation of many
 :class:`epto.Process` objects.
 
-One priority queue (``heapq``) holds every timed item as a plain tuple
-``(time, seq, kind, a, b, c)``; ``seq`` is a counter, so items due at the same
-time run in the order they were scheduled and tuples never compare past it.
+The scheduler is a calendar queue: a ``heapq`` of distinct due times (plain
+floats, cheap to compare) and, per due time, a list of items, each a plain
+tuple ``(kind, a, b, c)``. Items due at the same time run in the order they
+were scheduled, including items scheduled while that time is being run. With a
+``quantum`` (the command line uses 1 time unit, the integer "ticks" of the
+EpTO paper's simulator) every due time is rounded up to a multiple of it, so
+thousands of arrivals share one queue entry; without one, time is exact.
 Kinds:
 
 * a process's round timer (``handle_timer``), re-armed from ``get_timer()``;
@@ -29,7 +33,6 @@ broadcasts; :meth:`Simulation.step` drains after every input when
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
 import random
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -42,6 +45,7 @@ from epto import (
     Config,
     ConfigurationError,
     Delivery,
+    DeliveryTag,
     EventId,
     FullView,
     LocalProtocolError,
@@ -123,6 +127,7 @@ class Simulation:
         drift: float = 0.0,
         jitter: float = 0.0,
         sampler: Callable[[ProcessId, Membership], PeerSampler] | None = None,
+        quantum: float | None = None,
     ) -> None:
         if not (isinstance(loss, int | float) and 0 <= loss < 1):
             raise ConfigurationError(f"loss must be in [0, 1), got {loss!r}")
@@ -130,6 +135,11 @@ class Simulation:
             raise ConfigurationError(f"drift must be in [0, 1), got {drift!r}")
         if not (isinstance(jitter, int | float) and 0 <= jitter < 1):
             raise ConfigurationError(f"jitter must be in [0, 1), got {jitter!r}")
+        if quantum is not None and not (
+            isinstance(quantum, int | float) and math.isfinite(quantum) and quantum > 0
+        ):
+            raise ConfigurationError(f"quantum must be a positive number, got {quantum!r}")
+        self.quantum = None if quantum is None else float(quantum)
         self.config = config
         self.seed = seed
         self.latency: LatencyModel = latency if latency is not None else ConstantLatency(0.0)
@@ -142,8 +152,8 @@ class Simulation:
         self.schedule_rng = random.Random(f"epto-sim/{seed}/schedule")
         """The schedule's random stream (phases, drift, churn, workloads)."""
         self.now = 0.0
-        self._heap: list[tuple[Any, ...]] = []
-        self._seq = itertools.count()
+        self._times: list[float] = []
+        self._buckets: dict[float, list[tuple[Any, ...]]] = {}
         self.processes: dict[ProcessId, Process] = {}
         self.joined_at: dict[ProcessId, float] = {}
         self.left_at: dict[ProcessId, float] = {}
@@ -210,7 +220,7 @@ class Simulation:
         self.joined_at[pid] = self.now
         for p in self._partitions:
             p.setdefault(pid, -1)
-        self._push(proc.get_timer(), _TIMER, pid, None, None)
+        self._push(proc.get_timer(), (_TIMER, pid, None, None))
         for obs in self.observers:
             obs.on_join(pid, self.now)
         return pid
@@ -313,9 +323,9 @@ class Simulation:
     def _send(self, src: ProcessId, out: list[tuple[ProcessId, Ball]], now: float) -> None:
         loss = self.loss
         rng = self._net_rng
-        push = heapq.heappush
-        heap = self._heap
-        seq = self._seq
+        buckets = self._buckets
+        times = self._times
+        quantum = self.quantum
         self._sent += len(out)
         if self._constant:
             # One queue item per ball: every copy arrives at the same time.
@@ -329,13 +339,13 @@ class Simulation:
                     groups[id(ball)] = (ball, [dest])
                 else:
                     entry[1].append(dest)
-            at = now + self.latency.maximum
             for ball, dests in groups.values():
                 self._in_flight += len(dests)
-                push(heap, (at, next(seq), _ARRIVE_MANY, dests, src, ball))
+                self._push(now + self.latency.maximum, (_ARRIVE_MANY, dests, src, ball))
             return
         links = self._links
         sample = self.latency.sample
+        ceil = math.ceil
         for dest, ball in out:
             if loss and rng.random() < loss:
                 self._lost += 1
@@ -344,7 +354,16 @@ class Simulation:
             if lat is None:
                 lat = sample(src, dest, rng)
             self._in_flight += 1
-            push(heap, (now + lat, next(seq), _ARRIVE, dest, src, ball))
+            at = now + lat
+            if quantum is not None:
+                at = ceil(at / quantum) * quantum
+            item = (_ARRIVE, dest, src, ball)
+            bucket = buckets.get(at)
+            if bucket is None:
+                buckets[at] = [item]
+                heapq.heappush(times, at)
+            else:
+                bucket.append(item)
 
     def network_statistics(self) -> NetworkStatistics:
         return NetworkStatistics(
@@ -358,14 +377,21 @@ class Simulation:
 
     # -- scripting ----------------------------------------------------------
 
-    def _push(self, at: float, kind: int, a: Any, b: Any, c: Any) -> None:
-        heapq.heappush(self._heap, (at, next(self._seq), kind, a, b, c))
+    def _push(self, at: float, item: tuple[Any, ...]) -> None:
+        if self.quantum is not None:
+            at = math.ceil(at / self.quantum) * self.quantum
+        bucket = self._buckets.get(at)
+        if bucket is None:
+            self._buckets[at] = [item]
+            heapq.heappush(self._times, at)
+        else:
+            bucket.append(item)
 
     def call_at(self, at: float, action: Callable[[], object]) -> None:
         """Run ``action()`` at virtual time ``at`` (not before now)."""
         if at < self.now:
             raise LocalProtocolError(f"cannot schedule at {at!r}, before now ({self.now!r})")
-        self._push(at, _CALL, action, None, None)
+        self._push(at, (_CALL, action, None, None))
 
     def broadcast(self, pid: ProcessId, payload: bytes) -> EventId:
         """``pid`` broadcasts ``payload`` now."""
@@ -406,47 +432,68 @@ class Simulation:
 
     def next_time(self) -> float | None:
         """When the next item is due, or None when nothing is scheduled."""
-        return self._heap[0][0] if self._heap else None
+        return self._times[0] if self._times else None
 
     def step(self) -> bool:
         """Run every item due at the earliest scheduled time; False if none."""
-        if not self._heap:
+        if not self._times:
             return False
-        self.run_until(self._heap[0][0])
+        self.run_until(self._times[0])
         return True
 
     def run_until(self, end: float) -> None:
         """Run every item due at or before ``end``; ``now`` becomes ``end``."""
-        heap = self._heap
-        pop = heapq.heappop
-        push = heapq.heappush
-        seq = self._seq
+        times = self._times
+        buckets = self._buckets
         procs = self.processes
         jitter = self.jitter
         rng = self.schedule_rng
         every_input = self.drain_every_input
-        while heap and heap[0][0] <= end:
-            t, _, kind, a, b, c = pop(heap)
+        push = self._push
+        while times and times[0] <= end:
+            t = times[0]
             self.now = t
-            if kind == _TIMER:
-                proc = procs.get(a)
-                if proc is None:
-                    continue
-                proc.handle_timer(t)
-                self._flush(a, proc, t)
-                due = proc.get_timer()
-                if jitter:
-                    due += jitter * proc.config.round_interval * rng.random()
-                push(heap, (due, next(seq), _TIMER, a, None, None))
-            elif kind == _ARRIVE:
-                self._in_flight -= 1
-                self._arrive(procs, a, b, c, t, every_input)
-            elif kind == _ARRIVE_MANY:
-                self._in_flight -= len(a)
-                for dest in a:
-                    self._arrive(procs, dest, b, c, t, every_input)
-            else:
-                a()
+            items = buckets[t]
+            i = 0
+            try:
+                # Items scheduled for ``t`` while it runs join ``items``.
+                while i < len(items):
+                    kind, a, b, c = items[i]
+                    i += 1
+                    if kind == _ARRIVE:
+                        # The hot path: ``_arrive`` inlined.
+                        self._in_flight -= 1
+                        proc = procs.get(a)
+                        if proc is None:
+                            self._to_departed += 1
+                        elif self._partitions and self._separated(b, a):
+                            self._cut += 1
+                        else:
+                            self._arrived += 1
+                            proc.receive(b, c, t)
+                            if every_input:
+                                self._flush(a, proc, t)
+                    elif kind == _TIMER:
+                        proc = procs.get(a)
+                        if proc is None:
+                            continue
+                        proc.handle_timer(t)
+                        self._flush(a, proc, t)
+                        due = proc.get_timer()
+                        if jitter:
+                            due += jitter * proc.config.round_interval * rng.random()
+                        push(due, (_TIMER, a, None, None))
+                    elif kind == _ARRIVE_MANY:
+                        self._in_flight -= len(a)
+                        for dest in a:
+                            self._arrive(procs, dest, b, c, t, every_input)
+                    else:
+                        a()
+            finally:
+                # On an exception, the items already run must not run again.
+                del items[:i]
+            heapq.heappop(times)
+            del buckets[t]
         if end > self.now:
             self.now = end
 
@@ -514,7 +561,7 @@ class DeliveryRecorder(SimulationObserver):
     def on_delivery(self, pid: ProcessId, delivery: Delivery, now: float) -> None:
         event = delivery.event
         eid = (event.source, event.seq)
-        if delivery.tag.value == "out-of-order":
+        if delivery.tag is DeliveryTag.OUT_OF_ORDER:
             self.out_of_order.setdefault(pid, []).append(eid)
             return
         self.sequences[pid].append(eid)

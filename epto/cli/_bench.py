@@ -7,7 +7,11 @@ import importlib
 from typing import Any
 
 # One line per benchmark module in epto/benchmarks/.
-_TOPICS: tuple[str, ...] = ("cyclon",)
+_TOPICS: tuple[str, ...] = (
+    "core",
+    "cyclon",
+    "wire",
+)
 
 
 def register(sub: Any) -> None:
