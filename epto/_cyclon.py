@@ -40,6 +40,11 @@ Join:
     seed's view and spreads from there. A process whose view becomes empty
     falls back to its seeds.
 
+Sampling:
+    uniform over the view; a view smaller than the sample asked for is topped
+    up with the targets of shuffles awaiting their reply (a newcomer's seed is
+    removed from its view by its first shuffle).
+
 Validation:
     a message with too many entries, duplicate entries, an entry for the
     receiver itself, a bad id, age or address, or of an unknown type raises
@@ -214,9 +219,19 @@ class Cyclon(PeerSampler):
     # -- PeerSampler --------------------------------------------------------
 
     def sample(self, k: int, rng: random.Random) -> list[ProcessId]:
-        """Up to ``k`` distinct peers drawn uniformly from the view."""
+        """Up to ``k`` distinct peers drawn uniformly from the view.
+
+        When the view holds fewer than ``k``, the targets of shuffles still
+        awaiting their reply are added: they were in the view a moment ago.
+        Without this, a newcomer whose only seed is its first shuffle target
+        would have nobody to gossip to until the reply arrives.
+        """
         view = list(self._view)
         if k >= len(view):
+            if self._pending:
+                view.extend(pid for pid in self._pending if pid not in self._view)
+                if k < len(view):
+                    return rng.sample(view, k)
             return view
         return rng.sample(view, k)
 
