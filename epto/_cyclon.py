@@ -32,7 +32,8 @@ Failure and leave:
     answers is gone from P's view; a live Q re-enters P's view later through
     other shuffles. Descriptors carry their age from view to view, so a dead
     peer's descriptors keep ageing and are dropped once older than
-    ``purge_age``. A :class:`Leave` makes the receiver drop the sender at once.
+    ``purge_age``. A :class:`Leave` makes the receiver drop the sender at once
+    (from its seeds too).
 
 Join:
     a process starts with its seed peers (a tracker) in its view and shuffles
@@ -394,6 +395,8 @@ class Cyclon(PeerSampler):
         if self._view.pop(sender, None) is not None:
             del self._view_addresses[sender]
         self._pending.pop(sender, None)
+        if any(s.pid == sender for s in self._seeds):
+            self._seeds = tuple(s for s in self._seeds if s.pid != sender)
 
     def _merge(
         self,

@@ -188,6 +188,9 @@ def test_leave_tells_the_view_and_receivers_drop_the_sender() -> None:
     assert a.get_timer() == float("inf")
     b.receive(0, Leave(), 0.6)
     assert 0 not in b and b.statistics().leaves_received == 1
+    b.receive(2, Leave(), 0.7)  # b's view is now empty; its seeds left: it stays alone
+    b.handle_timer(5.0)
+    assert b.messages_to_send() == [] and len(b) == 0
     a.handle_timer(10.0)
     assert a.messages_to_send() == []
 
