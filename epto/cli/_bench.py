@@ -10,6 +10,7 @@ from typing import Any
 _TOPICS: tuple[str, ...] = (
     "core",
     "cyclon",
+    "churn",
     "wire",
 )
 
