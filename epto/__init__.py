@@ -46,6 +46,20 @@ from ._seal import GroupKey as GroupKey
 from ._seal import GroupSealer as GroupSealer
 
 # isort: split
+# Cyclon peer sampling and the Node (EpTO process + peer sampler)
+from ._cyclon import Cyclon as Cyclon
+from ._cyclon import CyclonConfig as CyclonConfig
+from ._cyclon import CyclonStatistics as CyclonStatistics
+from ._node import Node as Node
+from ._node import NodeMessage as NodeMessage
+from ._node import NodeStatistics as NodeStatistics
+from ._peer_messages import Leave as Leave
+from ._peer_messages import PeerDescriptor as PeerDescriptor
+from ._peer_messages import PeerMessage as PeerMessage
+from ._peer_messages import ShuffleReply as ShuffleReply
+from ._peer_messages import ShuffleRequest as ShuffleRequest
+
+# isort: split
 # Event signatures (Ed25519; needs the crypto extra when used)
 from ._signing import EventSigner as EventSigner
 from ._signing import SignatureVerifier as SignatureVerifier
