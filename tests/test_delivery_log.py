@@ -250,7 +250,7 @@ WRITER = textwrap.dedent(
     """
     import sys
     from epto.log import DeliveryLogWriter
-    w = DeliveryLogWriter(sys.argv[1], 7, segment_bytes=200_000)
+    w = DeliveryLogWriter(sys.argv[1], 7, segment_bytes=100_000)
     i = 0
     while True:
         w.append_fields(source=i % 5, seq=i, ts=i, payload=bytes([i % 256]) * (i % 4000),
@@ -264,7 +264,7 @@ def test_writer_killed_with_sigkill(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)])
     try:
         deadline = time.monotonic() + 60
-        while log_bounds(tmp_path / "7")[1] < 300:
+        while log_bounds(tmp_path / "7")[1] < 1500:
             assert proc.poll() is None, "writer exited early"
             assert time.monotonic() < deadline, "writer wrote too little"
             time.sleep(0.05)
@@ -272,7 +272,7 @@ def test_writer_killed_with_sigkill(tmp_path: Path) -> None:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     records = list(read_log(tmp_path / "7"))
-    assert len(records) >= 300
+    assert len(records) >= 1500
     for i, r in enumerate(records):
         assert (r.index, r.seq, r.source) == (i, i, i % 5)
         assert r.payload == bytes([i % 256]) * (i % 4000)
