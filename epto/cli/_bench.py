@@ -11,6 +11,7 @@ _TOPICS: tuple[str, ...] = (
     "core",
     "cyclon",
     "wire",
+    "spark",
 )
 
 
