@@ -12,6 +12,7 @@ _TOPICS: tuple[str, ...] = (
     "cyclon",
     "churn",
     "wire",
+    "spark",
 )
 
 

@@ -133,6 +133,13 @@ def register(sub: Any) -> None:
     o.add_argument("--json", metavar="FILE", type=Path, help="write the summary as JSON")
     o.add_argument("--plot", metavar="FILE.png", type=Path, help="plot the delay CDF")
     o.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    o.add_argument(
+        "--log-dir",
+        metavar="DIR",
+        type=Path,
+        help="write one delivery log per process under DIR/<pid>/ and DIR/broadcasts.csv "
+        "(1 tick = 1 ms; see docs/delivery-log.md)",
+    )
     p.set_defaults(func=run)
 
 
@@ -199,10 +206,15 @@ def run(args: argparse.Namespace) -> int:
             bar.total = expected
         bar.update(done - bar.n)
 
+    from epto.log import SimulationLogger
+
+    logger = None if args.log_dir is None else SimulationLogger(args.log_dir, flush_every=256)
     try:
-        result = run_simulation(spec, progress=progress)
+        result = run_simulation(spec, progress=progress, observers=[logger] if logger else [])
     finally:
         bar.close()
+        if logger is not None:
+            logger.close()
 
     summary = result.summary()
     if args.json is not None:
