@@ -71,7 +71,7 @@ def run_token_ring(
         exclude_timeout=max(base.exclude_timeout, 20 * maximum),
         token_timeout=max(base.token_timeout, 8 * maximum),
         change_timeout=max(base.change_timeout, 4 * maximum),
-        fetch_timeout=max(base.fetch_timeout, 2 * maximum),
+        fetch_timeout=max(base.fetch_timeout, maximum / 2),
     )
     cluster = TokenRingCluster(
         spec.processes,
