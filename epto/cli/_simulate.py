@@ -47,6 +47,14 @@ def register(sub: Any) -> None:
     g.add_argument("--seed", type=int, default=1)
 
     e = p.add_argument_group("protocol")
+    e.add_argument(
+        "--mode",
+        choices=("epto", "token-ring"),
+        default="epto",
+        help="ordering engine (token-ring: docs/token-ring.md; its timeouts are "
+        "scaled to ticks as milliseconds)",
+    )
+    e.add_argument("--k", type=_positive_int, default=None, help="token ring: resiliency k")
     e.add_argument("--clock", choices=("logical", "global"), default="logical")
     e.add_argument("--fanout", type=_positive_int, default=None, help="default: epto params")
     e.add_argument("--ttl", type=_positive_int, default=None, help="default: epto params")
@@ -211,6 +219,12 @@ def run(args: argparse.Namespace) -> int:
     logger = None if args.log_dir is None else SimulationLogger(args.log_dir, flush_every=256)
     try:
         result = run_simulation(spec, progress=progress, observers=[logger] if logger else [])
+        if args.mode == "token-ring":
+            from epto.tokenring._simrun import run_token_ring
+
+            result = run_token_ring(spec, spec.latency_model(), k=args.k, progress=progress)
+        else:
+            result = run_simulation(spec, progress=progress)
     finally:
         bar.close()
         if logger is not None:
