@@ -17,10 +17,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import trio
+from epto.transports._common import DeliveryOverflowError, NodeConfig, NodeStatistics
 
 import epto
 from epto.check import check
-from epto.transports._common import DeliveryOverflowError, NodeConfig, NodeStatistics
 
 WAIT = 30.0
 """Upper bound of any wait; scenarios normally finish in well under a second."""

@@ -7,7 +7,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-
 from epto.transports._interim_codec import InterimCodec
 from epto.transports.memory import MemoryHub, MemoryNode
 

@@ -8,7 +8,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-
 from epto.transports._common import parse_host_port
 from epto.transports.trio_udp import TrioNode
 

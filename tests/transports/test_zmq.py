@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 import zmq
-
 from epto.transports.zmq_node import ZmqNode, endpoint
 
 from .conformance import SCENARIOS, Group, Transport, thread_group
