@@ -18,6 +18,7 @@ _COMMANDS = (
     "demo",
     "params",
     "bench",
+    "node",
 )
 
 
