@@ -23,16 +23,19 @@ def free_ports(n: int, kind: int = socket.SOCK_DGRAM) -> list[int]:
             s.close()
 
 
-def wait_for_line(proc: subprocess.Popen[str], prefix: str, timeout: float) -> str:
-    """The first line of ``proc``'s stderr starting with ``prefix``."""
-    assert proc.stderr is not None
+def wait_for_line(
+    proc: subprocess.Popen[str], prefix: str, timeout: float, *, stdout: bool = False
+) -> str:
+    """The first line of ``proc``'s stderr (or stdout) starting with ``prefix``."""
+    stream = proc.stdout if stdout else proc.stderr
+    assert stream is not None
     deadline = time.monotonic() + timeout
     with selectors.DefaultSelector() as sel:
-        sel.register(proc.stderr, selectors.EVENT_READ)
+        sel.register(stream, selectors.EVENT_READ)
         while (left := deadline - time.monotonic()) > 0:
             if not sel.select(left):
                 break
-            line = proc.stderr.readline()
+            line = stream.readline()
             if not line:
                 raise AssertionError(f"process exited ({proc.poll()}) before {prefix!r}")
             if line.startswith(prefix):
