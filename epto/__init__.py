@@ -24,4 +24,35 @@ from ._sampler import FullView as FullView
 from ._sampler import Membership as Membership
 from ._sampler import PeerSampler as PeerSampler
 
+# isort: split
+# Wire format: frames, kinds, limits, codec
+from ._codec import FrameCodec as FrameCodec
+from ._codec import Sealer as Sealer
+from ._frame_bodies import default_registry as default_registry
+from ._frames import Frame as Frame
+from ._frames import FrameKind as FrameKind
+from ._frames import FrameRegistry as FrameRegistry
+from ._frames import Reader as Reader
+from ._limits import Limits as Limits
+
+# isort: split
+# Group encryption of frames (needs the crypto extra when used)
+from ._replay import ReplayWindow as ReplayWindow
+from ._seal import GroupKey as GroupKey
+from ._seal import GroupSealer as GroupSealer
+
+# isort: split
+# Cyclon peer sampling and the Node (EpTO process + peer sampler)
+from ._cyclon import Cyclon as Cyclon
+from ._cyclon import CyclonConfig as CyclonConfig
+from ._cyclon import CyclonStatistics as CyclonStatistics
+from ._node import Node as Node
+from ._node import NodeMessage as NodeMessage
+from ._node import NodeStatistics as NodeStatistics
+from ._peer_messages import Leave as Leave
+from ._peer_messages import PeerDescriptor as PeerDescriptor
+from ._peer_messages import PeerMessage as PeerMessage
+from ._peer_messages import ShuffleReply as ShuffleReply
+from ._peer_messages import ShuffleRequest as ShuffleRequest
+
 __version__ = "0.1.0.dev0"

@@ -7,6 +7,8 @@ without the codec.
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import attrs
 
 from ._event import ProcessId
@@ -39,3 +41,7 @@ class ShuffleReply:
 @attrs.frozen(kw_only=True, slots=True)
 class Leave:
     """A graceful leave: receivers drop the sender from their views."""
+
+
+PeerMessage: TypeAlias = ShuffleRequest | ShuffleReply | Leave
+"""Every message of the peer sampling protocol."""

@@ -1,0 +1,148 @@
+"""``FrameCodec``: messages to frames and back, with rejection counters.
+
+The codec is sans-IO: a driver hands it the bytes of one datagram (or one
+length-delimited stream frame) and gets a :class:`Frame` back, or ``None``
+when the input was rejected; the reason lands in :attr:`FrameCodec.rejected`,
+keyed by the ``fault`` of the :class:`RemoteProtocolError`. Sealing (group
+encryption) and signature checks plug in as objects given to the
+constructor; without them the codec needs nothing beyond the standard library.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from ._errors import LocalProtocolError, RemoteProtocolError
+from ._event import Event, EventId, ProcessId
+from ._frame_bodies import KIND_BALL, default_registry, split_ball
+from ._frames import Frame, FrameRegistry, Header, Reader, pack_header, unpack_header
+from ._limits import HEADER_SIZE, SEAL_OVERHEAD, Limits
+
+
+class Sealer(Protocol):
+    """Group encryption as the codec uses it (implemented by ``epto.GroupSealer``)."""
+
+    def seal(self, kind: int, sender: ProcessId, group: int, body: bytes) -> bytes:
+        """A whole sealed frame: header with the seal flag and key id, then the
+        nonce, the ciphertext of ``body`` and the tag."""
+        ...
+
+    def open(self, header: Header, frame: bytes, now: float) -> bytes:
+        """The plaintext body of a sealed ``frame``; raises ``RemoteProtocolError``
+        (wrong key, tampered, replayed)."""
+        ...
+
+
+BallFilter = Callable[[dict[EventId, tuple[Event, int]], float], dict[EventId, tuple[Event, int]]]
+"""Called on every decoded ball with ``now``; returns the ball to hand to EpTO
+(for example without the events whose signature fails)."""
+
+
+class FrameCodec:
+    """Encode messages of any registered kind; decode and count rejections.
+
+    ``group`` is the uint64 id every frame carries; frames of another group are
+    rejected (``fault="wrong-group"``). With a ``sealer`` every frame sent is
+    sealed and every frame received must be sealed (``fault="unsealed"``).
+    """
+
+    def __init__(
+        self,
+        *,
+        group: int,
+        limits: Limits | None = None,
+        registry: FrameRegistry | None = None,
+        sealer: Sealer | None = None,
+        ball_filter: BallFilter | None = None,
+    ) -> None:
+        if not 0 <= group < 1 << 64:
+            raise LocalProtocolError(f"group id {group} is not a uint64")
+        self.group = group
+        self.limits = limits if limits is not None else Limits()
+        self.registry = registry if registry is not None else default_registry()
+        self.sealer = sealer
+        self.ball_filter = ball_filter
+        overhead = HEADER_SIZE + (SEAL_OVERHEAD if sealer is not None else 0)
+        self._body_budget = self.limits.max_frame_size - overhead
+        self.rejected: Counter[str] = Counter()
+        """Rejected frames by fault; the application reads it, may reset it."""
+        self.accepted: Counter[str] = Counter()
+        """Accepted frames by kind name."""
+
+    # -- sending ------------------------------------------------------------
+
+    def encode(self, sender: ProcessId, message: Any) -> list[bytes]:
+        """The frames carrying ``message`` from ``sender``.
+
+        A ball (any ``dict`` of ``EventId -> (Event, ttl)``) may need several
+        frames; every other kind takes exactly one. Raises
+        :class:`LocalProtocolError` if the message breaks the limits.
+        """
+        if isinstance(message, Mapping):
+            return self.encode_ball(sender, message)
+        kind = self.registry.by_type(type(message))
+        body = kind.encode(message, self.limits)
+        if len(body) > self._body_budget:
+            raise LocalProtocolError(
+                f"{kind.name} body of {len(body)} bytes exceeds the frame budget "
+                f"{self._body_budget}"
+            )
+        return [self._wrap(kind.code, sender, body)]
+
+    def encode_ball(
+        self, sender: ProcessId, ball: Mapping[EventId, tuple[Event, int]]
+    ) -> list[bytes]:
+        """Frames that carry ``ball``, split so that each fits ``max_frame_size``."""
+        bodies = split_ball(ball, self.limits, self._body_budget)
+        return [self._wrap(KIND_BALL, sender, body) for body in bodies]
+
+    def _wrap(self, kind: int, sender: ProcessId, body: bytes) -> bytes:
+        if self.sealer is not None:
+            return self.sealer.seal(kind, sender, self.group, body)
+        return pack_header(kind, sender, self.group) + body
+
+    # -- receiving ----------------------------------------------------------
+
+    def decode(self, data: bytes | bytearray | memoryview, now: float = 0.0) -> Frame:
+        """Decode one frame or raise :class:`RemoteProtocolError`; counts nothing."""
+        if len(data) > self.limits.max_frame_size:
+            raise RemoteProtocolError(
+                f"frame of {len(data)} bytes exceeds {self.limits.max_frame_size}",
+                fault="oversized",
+            )
+        if not isinstance(data, bytes):
+            data = bytes(data)
+        header = unpack_header(data)
+        if header.group != self.group:
+            raise RemoteProtocolError(f"frame of group {header.group}", fault="wrong-group")
+        kind = self.registry.by_code(header.kind)
+        if header.sealed:
+            if self.sealer is None:
+                raise RemoteProtocolError("sealed frame, no group key", fault="unexpected-seal")
+            body = self.sealer.open(header, data, now)
+            reader = Reader(body)
+        elif self.sealer is not None:
+            raise RemoteProtocolError("unsealed frame in a sealed group", fault="unsealed")
+        else:
+            reader = Reader(data, HEADER_SIZE)
+        message = kind.decode(reader, self.limits)
+        reader.finish()
+        if kind.code == KIND_BALL and self.ball_filter is not None:
+            message = self.ball_filter(message, now)
+        return Frame(kind=kind.code, sender=header.sender, group=header.group, message=message)
+
+    def receive(self, data: bytes | bytearray | memoryview, now: float = 0.0) -> Frame | None:
+        """Decode one frame; on bad input count the fault and return ``None``."""
+        try:
+            frame = self.decode(data, now)
+        except RemoteProtocolError as exc:
+            self.rejected[exc.fault] += 1
+            return None
+        self.accepted[self.registry.by_code(frame.kind).name] += 1
+        return frame
+
+    def statistics(self) -> dict[str, dict[str, int]]:
+        """Snapshot of the counters: ``{"accepted": {...}, "rejected": {...}}``."""
+        return {"accepted": dict(self.accepted), "rejected": dict(self.rejected)}

@@ -1,0 +1,181 @@
+"""Reading delivery logs, from any delivery index, while a writer may append.
+
+Readers never lock. A closed segment (``*.seg``) must read back whole; the
+open segment (``*.open``) is read up to its last complete record, so a reader
+sees a prefix of what the writer has flushed and never a half-written record.
+When the writer closes the open segment between the moment a reader lists the
+directory and the moment it opens the file, the reader follows the rename.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+
+from ._segment import (
+    HEADER_SIZE,
+    LogCorruptError,
+    LogRecord,
+    RawRecord,
+    body_index,
+    decode_body,
+    decode_header,
+    parse_segment_name,
+    scan_frames,
+    segment_name,
+    to_record,
+)
+
+
+class LogGapError(LogCorruptError):
+    """Delivery indices that should be present are not (a segment is missing)."""
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class Segment:
+    path: Path
+    first_index: int
+    closed: bool
+
+
+def node_directory(root: str | os.PathLike[str], node: int) -> Path:
+    """Where node ``node``'s log lives under ``root``: ``root/<node>``."""
+    return Path(root) / str(node)
+
+
+def list_nodes(root: str | os.PathLike[str]) -> list[int]:
+    """Node ids that have a log directory under ``root``, ascending."""
+    base = Path(root)
+    if not base.is_dir():
+        return []
+    return sorted(int(p.name) for p in base.iterdir() if p.name.isdigit() and p.is_dir())
+
+
+def list_segments(node_dir: str | os.PathLike[str]) -> list[Segment]:
+    """The node's segments in index order."""
+    out = []
+    try:
+        names = os.listdir(node_dir)
+    except FileNotFoundError:
+        return []
+    for name in names:
+        parsed = parse_segment_name(name)
+        if parsed is not None:
+            out.append(Segment(path=Path(node_dir) / name, first_index=parsed[0], closed=parsed[1]))
+    out.sort(key=lambda s: (s.first_index, s.closed))
+    return out
+
+
+def _load(segment: Segment) -> tuple[bytes, bool]:
+    """The bytes of a segment, following a concurrent close (rename)."""
+    try:
+        return segment.path.read_bytes(), segment.closed
+    except FileNotFoundError:
+        if segment.closed:
+            raise
+    closed_path = segment.path.with_name(segment_name(segment.first_index, closed=True))
+    return closed_path.read_bytes(), True
+
+
+def _frames(segment: Segment) -> tuple[bytes, int, Iterator[tuple[int, int]], bool]:
+    data, closed = _load(segment)
+    if not closed and len(data) < HEADER_SIZE:
+        # A segment being created: the header is not written yet.
+        return data, -1, iter(()), closed
+    node, first = decode_header(data, str(segment.path))
+    if first != segment.first_index:
+        raise LogCorruptError(f"{segment.path}: header says first index {first}")
+    return data, node, scan_frames(data, HEADER_SIZE), closed
+
+
+def iter_raw(
+    node_dir: str | os.PathLike[str], start: int = 0, end: int | None = None
+) -> Iterator[RawRecord]:
+    """Raw records with ``start <= index < end`` (``end=None``: up to the last one).
+
+    Raises :class:`LogGapError` when the first available index is above
+    ``start`` or indices jump, and :class:`LogCorruptError` when a closed
+    segment does not read back whole.
+    """
+    segments = list_segments(node_dir)
+    # Skip segments that end before start: the next segment's first index bounds them.
+    first = 0
+    while first + 1 < len(segments) and segments[first + 1].first_index <= start:
+        first += 1
+    expected = start
+    for seg in segments[first:]:
+        if end is not None and seg.first_index >= end:
+            return
+        if seg.first_index > expected:
+            raise LogGapError(
+                f"{node_dir}: delivery indices {expected}..{seg.first_index - 1} are missing"
+            )
+        data, _, frames, closed = _frames(seg)
+        pos = HEADER_SIZE
+        for body_start, body_stop in frames:
+            pos = body_stop
+            index = body_index(data, body_start)
+            if index < expected:
+                continue
+            if end is not None and index >= end:
+                return
+            if index != expected:
+                raise LogGapError(f"{node_dir}: expected index {expected}, found {index}")
+            yield decode_body(data, body_start, body_stop)
+            expected += 1
+        if pos < len(data):
+            if closed:
+                raise LogCorruptError(f"{seg.path}: damaged record at byte {pos}")
+            return  # torn or in-progress tail of the open segment
+    if end is not None and expected < end:
+        raise LogGapError(f"{node_dir}: log ends at index {expected}, {end} was asked for")
+
+
+def read_log(
+    node_dir: str | os.PathLike[str], start: int = 0, end: int | None = None
+) -> Iterator[LogRecord]:
+    """Records of one node's log with ``start <= index < end``, in index order."""
+    segments = list_segments(node_dir)
+    node = _node_of(segments)
+    for raw in iter_raw(node_dir, start, end):
+        yield to_record(node, raw)
+
+
+def _node_of(segments: list[Segment]) -> int:
+    for seg in segments:
+        _data, node, _, _ = _frames(seg)
+        if node >= 0:
+            return node
+    return -1
+
+
+def log_bounds(node_dir: str | os.PathLike[str]) -> tuple[int, int]:
+    """``(first, end)``: the first index held and one past the last complete record.
+
+    ``first == end`` for an empty log. Only the last segment is scanned.
+    """
+    segments = list_segments(node_dir)
+    if not segments:
+        return 0, 0
+    first = segments[0].first_index
+    last = segments[-1]
+    data, _, frames, closed = _frames(last)
+    end = last.first_index
+    pos = HEADER_SIZE
+    for body_start, body_stop in frames:
+        end = body_index(data, body_start) + 1
+        pos = body_stop
+    if closed and pos < len(data):
+        raise LogCorruptError(f"{last.path}: damaged record at byte {pos}")
+    return first, end
+
+
+def segment_ranges(node_dir: str | os.PathLike[str], start: int, end: int) -> list[tuple[int, int]]:
+    """``[start, end)`` split at segment boundaries (one range per segment touched)."""
+    cuts = [s.first_index for s in list_segments(node_dir) if start < s.first_index < end]
+    bounds = [start, *cuts, end]
+    return [(a, b) for a, b in itertools.pairwise(bounds) if a < b]

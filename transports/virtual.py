@@ -1,0 +1,16 @@
+"""The virtual-time network: seeded discrete-event simulation of EpTO groups.
+
+See ``docs/simulation.md``. Public names::
+
+    from epto.transports.virtual import Cluster, Simulation, PlanetLabLatency
+"""
+
+from ._latency import ConstantLatency as ConstantLatency
+from ._latency import LatencyModel as LatencyModel
+from ._latency import PlanetLabLatency as PlanetLabLatency
+from ._latency import UniformLatency as UniformLatency
+from ._virtual import Cluster as Cluster
+from ._virtual import DeliveryRecorder as DeliveryRecorder
+from ._virtual import NetworkStatistics as NetworkStatistics
+from ._virtual import Simulation as Simulation
+from ._virtual import SimulationObserver as SimulationObserver
