@@ -8,11 +8,11 @@ neither trio nor pyzmq:
 * :class:`epto.transports.trio_udp.TrioNode`: UDP datagrams with trio;
 * :class:`epto.transports.zmq_node.ZmqNode`: ZeroMQ, synchronous and thread-safe.
 
-Every node takes a :class:`NodeConfig` and reports :class:`NodeStatistics`.
+Every node takes a :class:`NodeConfig` and reports :class:`TransportStatistics`.
 """
 
 from ._common import Codec as Codec
 from ._common import DeliveryOverflowError as DeliveryOverflowError
 from ._common import NodeConfig as NodeConfig
-from ._common import NodeStatistics as NodeStatistics
 from ._common import OverflowPolicy as OverflowPolicy
+from ._common import TransportStatistics as TransportStatistics

@@ -11,21 +11,35 @@ does I/O or reads a clock: drivers pass ``now`` in.
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections import deque
-from collections.abc import Hashable, Mapping
-from typing import Literal, Protocol, TypeAlias
+from collections.abc import Mapping
+from typing import Any, Literal, Protocol, TypeAlias
 
 import attrs
 
-from epto import Ball, Config, Delivery, EventId, FullView, LocalProtocolError, Membership, Process
+from epto import (
+    Config,
+    CyclonConfig,
+    Delivery,
+    EventId,
+    FrameCodec,
+    GroupKey,
+    GroupSealer,
+    Limits,
+    LocalProtocolError,
+    Node,
+    PeerDescriptor,
+    RemoteProtocolError,
+)
 from epto import ProcessId as ProcessId
 
 OverflowPolicy: TypeAlias = Literal["fail", "drop"]
 
-Address: TypeAlias = Hashable
+Address: TypeAlias = str
 """Where a member is reached: ``"host:port"`` for the socket transports, any
-hashable name on the in-memory hub."""
+name on the in-memory hub."""
 
 
 class DeliveryOverflowError(LocalProtocolError):
@@ -35,49 +49,57 @@ class DeliveryOverflowError(LocalProtocolError):
 
 
 class Codec(Protocol):
-    """Turns balls into datagrams and back.
+    """Messages to datagrams and back (implemented by :class:`epto.FrameCodec`)."""
 
-    ``decode`` raises :class:`epto.RemoteProtocolError` (and nothing else) on
-    input it cannot accept; its ``fault`` is the key of the rejection counter.
-    """
+    def encode(self, sender: ProcessId, message: Any) -> list[bytes]: ...
 
-    def encode(self, sender: ProcessId, ball: Ball) -> list[bytes]:
-        """One or more datagrams that together carry ``ball`` (a ball is a set,
-        so splitting it changes nothing)."""
-        ...
-
-    def decode(self, data: bytes) -> tuple[ProcessId, Ball]:
-        """The sender and the ball one datagram carries."""
+    def decode(self, data: bytes, now: float = 0.0) -> Any:
+        """A frame with ``sender`` and ``message``; raises ``RemoteProtocolError``."""
         ...
 
 
 def _check_members(_inst: object, _attr: object, value: Mapping[int, Address]) -> None:
-    for pid in value:
+    for pid, address in value.items():
         if not isinstance(pid, int) or not 0 <= pid < 2**64:
             raise LocalProtocolError(f"members: process id must be in [0, 2**64), got {pid!r}")
+        if not isinstance(address, str):
+            raise LocalProtocolError(f"members: address of {pid} must be a str, got {address!r}")
 
 
 @attrs.frozen(kw_only=True)
 class NodeConfig:
     """How to run one node; the same object serves every transport.
 
-    ``members`` maps every known member (this node included or not) to its
-    address. ``epto`` fixes the protocol parameters; when it is None they are
-    derived from the group size with :meth:`epto.Config.for_group` and
-    ``round_interval``.
+    With the default full-view sampler, ``members`` maps every member (this
+    node included or not) to its address. With ``sampler=CyclonConfig(...)``,
+    ``members`` are the seeds the node starts its partial view with.
+    ``epto`` fixes the protocol parameters; when it is None they are derived
+    from ``group_size`` (or the number of members) with
+    :meth:`epto.Config.for_group` and ``round_interval``.
     """
 
     pid: ProcessId
     bind: Address = "127.0.0.1:0"
     """Where this node listens; port 0 picks a free port (see ``node.address``)."""
     members: Mapping[ProcessId, Address] = attrs.field(factory=dict, validator=_check_members)
+    sampler: Literal["full"] | CyclonConfig = "full"
+    advertise: Address | None = None
+    """The address other members should use (Cyclon descriptors); default ``bind``."""
     epto: Config | None = None
+    group_size: int | None = None
+    """Expected group size for derived parameters (default: the members given)."""
     round_interval: float = 0.125
     """Seconds between rounds when ``epto`` is None."""
     clock: Literal["logical", "global"] = "logical"
     """Used when ``epto`` is None. The global clock reads wall time (see docs)."""
     tagged_delivery: bool = False
     """Used when ``epto`` is None: deliver late events tagged OUT_OF_ORDER."""
+    group: int = 0
+    """Group id carried by every frame; frames of other groups are refused."""
+    group_key: GroupKey | None = None
+    """Seal every frame under this key (AEAD); unsealed or foreign frames are refused."""
+    limits: Limits = attrs.field(factory=Limits)
+    """Frame, ball and payload bounds (every member must use the same)."""
     seed: int | None = None
     """Seeds the peer choices; None draws a seed from the operating system."""
     delivery_buffer: int = 100_000
@@ -89,25 +111,32 @@ class NodeConfig:
     flush_timeout: float = 5.0
     """Seconds ``close()`` keeps running rounds so that this node's own events
     are gossiped TTL rounds before it leaves."""
-    max_datagram: int = 60_000
-    """Largest datagram sent; bigger balls are split."""
-    max_payload: int = 16_384
-    """Largest payload :meth:`broadcast` accepts."""
 
     def protocol_config(self) -> Config:
         if self.epto is not None:
             return self.epto
-        n = max(2, len(set(self.members) | {self.pid}))
+        n = self.group_size or len(set(self.members) | {self.pid})
         return Config.for_group(
-            n,
+            max(2, n),
             clock=self.clock,
             round_interval=self.round_interval,
             tagged_delivery=self.tagged_delivery,
         )
 
+    def codec(self, now: float, rng: random.Random) -> FrameCodec:
+        """The frame codec of this node (sealing when a group key is set).
+
+        ``now`` (wall seconds) starts the nonce counter above anything a
+        previous run of this process used.
+        """
+        sealer = None
+        if self.group_key is not None:
+            sealer = GroupSealer(self.group_key, counter_start=int(now * 1e6), rng=rng)
+        return FrameCodec(group=self.group, limits=self.limits, sealer=sealer)
+
 
 @attrs.frozen(kw_only=True, slots=True)
-class NodeStatistics:
+class TransportStatistics:
     """Counters of one node (all transports report the same fields)."""
 
     rounds: int
@@ -132,6 +161,7 @@ class NodeStatistics:
     pending: int
     """Events received and not yet delivered by the core."""
     members: int
+    """Members known: the full view (this node included), or the Cyclon view plus one."""
 
 
 class DeliveryBuffer:
@@ -173,27 +203,47 @@ class DeliveryBuffer:
 
 
 class CoreAdapter:
-    """One EpTO process plus what a driver needs around it: the member
-    addresses, flush tracking, hole detection and rejection counters.
+    """One :class:`epto.Node` (EpTO process and peer sampler) plus what a
+    driver needs around it: the frame codec, member addresses, flush
+    tracking, hole detection and rejection counters.
 
-    Sans-IO: every method takes ``now`` (seconds) where time matters.
+    Sans-IO: every method takes ``now`` (seconds) where time matters; drivers
+    move the bytes.
     """
 
-    def __init__(self, config: NodeConfig, now: float) -> None:
+    def __init__(self, config: NodeConfig, now: float, rng: random.Random | None = None) -> None:
         self.config = config
         self.pid = config.pid
         self.protocol = config.protocol_config()
+        system = rng if rng is not None else random.Random(random.SystemRandom().getrandbits(64))
+        seed = config.seed if config.seed is not None else system.getrandbits(64)
+        self.codec = config.codec(now, system)
         self.addresses: dict[ProcessId, Address] = dict(config.members)
         self.addresses.pop(config.pid, None)
-        self.membership = Membership([config.pid, *self.addresses])
-        seed = config.seed if config.seed is not None else random.SystemRandom().getrandbits(64)
-        self.process = Process(
-            config.pid,
-            self.protocol,
-            peers=FullView(config.pid, self.membership),
-            rng=random.Random(seed),
-            now=now,
-        )
+        advertise = (config.advertise or config.bind).encode()
+        if isinstance(config.sampler, CyclonConfig):
+            seeds = [
+                PeerDescriptor(pid=pid, address=address.encode(), age=0)
+                for pid, address in self.addresses.items()
+            ]
+            self.node = Node(
+                config.pid,
+                self.protocol,
+                rng=random.Random(seed),
+                now=now,
+                sampler=config.sampler,
+                seeds=seeds,
+                address=advertise,
+            )
+        else:
+            self.node = Node(
+                config.pid,
+                self.protocol,
+                rng=random.Random(seed),
+                now=now,
+                members=[config.pid, *self.addresses],
+                address=advertise,
+            )
         self.buffer = DeliveryBuffer(config.delivery_buffer, config.overflow)
         self.rejected: dict[str, int] = {}
         self.datagrams_sent = 0
@@ -203,63 +253,95 @@ class CoreAdapter:
         self._last_seq: dict[ProcessId, int] = {}
         self._last_broadcast_round = -1
 
-    # -- membership ---------------------------------------------------------
+    # -- membership (full view) ---------------------------------------------
 
     def add_member(self, pid: ProcessId, address: Address) -> None:
+        """Add a member to a full view (Cyclon learns members by itself)."""
         if pid == self.pid:
             return
         self.addresses[pid] = address
-        self.membership.add(pid)
+        if self.node.full_view is not None:
+            self.node.full_view.membership.add(pid)
 
     def remove_member(self, pid: ProcessId) -> None:
         self.addresses.pop(pid, None)
-        self.membership.discard(pid)
+        if self.node.full_view is not None:
+            self.node.full_view.membership.discard(pid)
 
     # -- inputs -------------------------------------------------------------
 
     def broadcast(self, payload: bytes, now: float) -> EventId:
-        if len(payload) > self.config.max_payload:
+        limit = self.config.limits.max_payload_size
+        if len(payload) > limit:
             raise LocalProtocolError(
-                f"payload of {len(payload)} bytes exceeds max_payload={self.config.max_payload}"
+                f"payload of {len(payload)} bytes exceeds limits.max_payload_size={limit}"
             )
-        eid = self.process.broadcast(payload, now)
-        self._last_broadcast_round = self.process.statistics().rounds
+        eid = self.node.broadcast(payload, now)
+        self._last_broadcast_round = self.node.process.statistics().rounds
         return eid
 
-    def receive(self, sender: ProcessId, ball: Ball, now: float) -> None:
+    def receive_datagram(self, data: bytes, now: float) -> None:
+        """Decode one datagram and feed it; bad input is counted, never raised."""
         self.datagrams_received += 1
-        self.process.receive(sender, ball, now)
+        try:
+            frame = self.codec.decode(data, now)
+        except RemoteProtocolError as err:
+            self.reject(err.fault)
+            return
+        self.receive(frame.sender, frame.message, now)
+
+    def receive(self, sender: ProcessId, message: object, now: float) -> None:
+        """Feed one decoded message (the in-memory hub skips the bytes)."""
+        # The node counts what it refuses (statistics merge its counters).
+        with contextlib.suppress(RemoteProtocolError):
+            self.node.receive(sender, message, now)
 
     def reject(self, fault: str) -> None:
-        self.datagrams_received += 1
         self.rejected[fault] = self.rejected.get(fault, 0) + 1
 
     def handle_timer(self, now: float) -> None:
-        self.process.handle_timer(now)
+        self.node.handle_timer(now)
+
+    def leave(self, now: float) -> None:
+        """Tell the peer sampler's view that this node leaves (Cyclon)."""
+        self.node.leave(now)
 
     # -- outputs ------------------------------------------------------------
 
     def timer(self) -> float:
-        return self.process.get_timer()
+        return self.node.get_timer()
 
-    def outgoing(self) -> list[tuple[Address, Ball]]:
-        """``(address, ball)`` for every ball the core wants sent."""
-        out = []
-        addresses = self.addresses
-        for dest, ball in self.process.messages_to_send():
-            address = addresses.get(dest)
+    def address_of(self, pid: ProcessId) -> Address | None:
+        address = self.addresses.get(pid)
+        if address is None:
+            raw = self.node.address_of(pid)
+            if raw is not None:
+                try:
+                    address = raw.decode()
+                except UnicodeDecodeError:
+                    return None
+        return address
+
+    def outgoing(self) -> list[tuple[Address, object]]:
+        """``(address, message)`` for every message the core wants sent."""
+        out: list[tuple[Address, object]] = []
+        for dest, message in self.node.messages_to_send():
+            address = self.address_of(dest)
             if address is None:
                 self.send_failures += 1
                 continue
-            out.append((address, ball))
+            out.append((address, message))
         return out
+
+    def encode(self, message: object) -> list[bytes]:
+        return self.codec.encode(self.pid, message)
 
     def pump(self) -> int:
         """Move the core's deliveries into the buffer; returns how many."""
         moved = 0
         buffer = self.buffer
         last_seq = self._last_seq
-        for delivery in self.process.deliveries():
+        for delivery in self.node.deliveries():
             event = delivery.event
             previous = last_seq.get(event.source)
             if previous is not None and event.seq > previous + 1:
@@ -276,12 +358,22 @@ class CoreAdapter:
         """True once this node's last event has been gossiped TTL rounds."""
         if self._last_broadcast_round < 0:
             return True
-        rounds = self.process.statistics().rounds
+        rounds = self.node.process.statistics().rounds
         return rounds > self._last_broadcast_round + self.protocol.ttl
 
-    def statistics(self) -> NodeStatistics:
-        s = self.process.statistics()
-        return NodeStatistics(
+    def statistics(self) -> TransportStatistics:
+        s = self.node.process.statistics()
+        rejected = dict(self.rejected)
+        node_stats = self.node.statistics()
+        sampler_rejected = node_stats.sampler.rejected if node_stats.sampler else {}
+        for counts in (node_stats.rejected, sampler_rejected):
+            for fault, count in counts.items():
+                rejected[fault] = rejected.get(fault, 0) + count
+        if self.node.full_view is not None:
+            members = len(self.node.full_view.membership)
+        else:
+            members = node_stats.sampler.view_size + 1 if node_stats.sampler else 1
+        return TransportStatistics(
             rounds=s.rounds,
             broadcasts=s.broadcasts,
             delivered=s.delivered,
@@ -293,18 +385,16 @@ class CoreAdapter:
             datagrams_sent=self.datagrams_sent,
             datagrams_received=self.datagrams_received,
             send_failures=self.send_failures,
-            rejected=dict(self.rejected),
+            rejected=rejected,
             delivery_queue=len(self.buffer),
             deliveries_dropped=self.buffer.dropped,
             pending=s.pending,
-            members=len(self.membership),
+            members=members,
         )
 
 
 def parse_host_port(address: Address) -> tuple[str, int]:
-    """``"host:port"`` or ``(host, port)`` to ``(host, port)``."""
-    if isinstance(address, tuple) and len(address) == 2:
-        return str(address[0]), int(address[1])
+    """``"host:port"`` to ``(host, port)``."""
     if isinstance(address, str):
         host, sep, port = address.rpartition(":")
         if sep and host and port.isdigit():

@@ -20,14 +20,14 @@ from typing import Any, Self
 
 import trio
 
-from epto import Ball, Delivery, EventId, LocalProtocolError, ProcessId
+from epto import Delivery, EventId, LocalProtocolError, ProcessId
 
 from ._common import (
     Address,
     CoreAdapter,
     DeliveryOverflowError,
     NodeConfig,
-    NodeStatistics,
+    TransportStatistics,
 )
 
 
@@ -85,6 +85,9 @@ class TrioNodeBase:
         with trio.move_on_after(self.config.flush_timeout):
             while not core.flushed():
                 await self._round_done.park()
+            core.leave(self._now())
+            for address, message in core.outgoing():
+                await self._send(address, message)
         self.abort()
 
     def abort(self) -> None:
@@ -129,7 +132,7 @@ class TrioNodeBase:
     def remove_member(self, pid: ProcessId) -> None:
         self._require_core().remove_member(pid)
 
-    def statistics(self) -> NodeStatistics:
+    def statistics(self) -> TransportStatistics:
         return self._require_core().statistics()
 
     @property
@@ -152,8 +155,8 @@ class TrioNodeBase:
             deadline = core.timer() - self._offset
             await trio.sleep_until(deadline if math.isfinite(deadline) else math.inf)
             core.handle_timer(self._now())
-            for address, ball in core.outgoing():
-                await self._send(address, ball)
+            for address, message in core.outgoing():
+                await self._send(address, message)
             if core.pump():
                 self._readers.unpark_all()
             if core.buffer.overflowed:
@@ -162,8 +165,11 @@ class TrioNodeBase:
                 return
             self._round_done.unpark_all()
 
-    def _feed(self, sender: ProcessId, ball: Ball) -> None:
-        self._require_core().receive(sender, ball, self._now())
+    def _feed(self, sender: ProcessId, message: object) -> None:
+        self._require_core().receive(sender, message, self._now())
+
+    def _feed_datagram(self, data: bytes) -> None:
+        self._require_core().receive_datagram(data, self._now())
 
     # -- what a link provides -----------------------------------------------
 
@@ -173,7 +179,7 @@ class TrioNodeBase:
     async def _receive_loop(self) -> None:
         raise NotImplementedError
 
-    async def _send(self, address: Address, ball: Ball) -> None:
+    async def _send(self, address: Address, message: object) -> None:
         raise NotImplementedError
 
     def _close_link(self) -> None:

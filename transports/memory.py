@@ -1,8 +1,9 @@
 """An in-process, real-time network on trio: a hub that connects nodes running
 in one trio event loop (tests, single-process applications, notebooks).
 
-The hub hands balls to the receiver by reference (no encoding) unless it is
-given a codec, in which case every ball goes through bytes as on a socket. It
+The hub hands messages to the receiver by reference (no encoding) unless it
+is built with ``encode=True``, in which case every message goes through the
+nodes' frame codecs (and group keys) as on a socket. It
 can drop a fraction of messages (seeded). A node's inbox is bounded; a full
 inbox drops the message, as a full UDP receive buffer would.
 
@@ -17,14 +18,14 @@ import random
 
 import trio
 
-from epto import Ball, ProcessId, RemoteProtocolError
+from epto import ProcessId
 
-from ._common import Address, Codec, NodeConfig
+from ._common import Address, NodeConfig
 from ._trio_base import TrioNodeBase
 
 __all__ = ["MemoryHub", "MemoryNode"]
 
-_Item = tuple[ProcessId, Ball] | bytes | object
+_Item = tuple[ProcessId, object] | bytes | object
 
 
 class MemoryHub:
@@ -33,14 +34,14 @@ class MemoryHub:
     def __init__(
         self,
         *,
-        codec: Codec | None = None,
+        encode: bool = False,
         loss: float = 0.0,
         seed: int = 0,
         inbox: int = 10_000,
     ) -> None:
         if not 0.0 <= loss < 1.0:
             raise ValueError(f"loss must be in [0, 1), got {loss!r}")
-        self.codec = codec
+        self.encode = encode
         self.loss = loss
         self.inbox = inbox
         self._rng = random.Random(seed)
@@ -61,8 +62,8 @@ class MemoryHub:
             send.close()
 
     def deliver(self, address: Address, item: _Item) -> bool:
-        """Put ``item`` (a ``(sender, ball)`` pair, or bytes when the hub has a
-        codec, or anything hostile) in the inbox of ``address``."""
+        """Put ``item`` (a ``(sender, message)`` pair, or the bytes of a frame,
+        or anything hostile) in the inbox of ``address``."""
         self.sent += 1
         inbox = self._inboxes.get(address)
         if inbox is None or (self.loss and self._rng.random() < self.loss):
@@ -92,20 +93,19 @@ class MemoryNode(TrioNodeBase):
         inbox = self._inbox
         assert inbox is not None
         core = self._require_core()
-        codec = self.hub.codec
         async for item in inbox:
-            try:
-                sender, ball = _unpack(item, codec)
-            except RemoteProtocolError as err:
-                core.reject(err.fault)
-                continue
-            self._feed(sender, ball)
+            if isinstance(item, bytes | bytearray):
+                self._feed_datagram(bytes(item))
+            elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], int):
+                self._feed(item[0], item[1])
+            else:
+                core.datagrams_received += 1
+                core.reject("not-a-message")
 
-    async def _send(self, address: Address, ball: Ball) -> None:
+    async def _send(self, address: Address, message: object) -> None:
         core = self._require_core()
-        codec = self.hub.codec
         items: list[_Item] = (
-            [(core.pid, ball)] if codec is None else list(codec.encode(core.pid, ball))
+            list(core.encode(message)) if self.hub.encode else [(core.pid, message)]
         )
         for item in items:
             if self.hub.deliver(address, item):
@@ -115,18 +115,3 @@ class MemoryNode(TrioNodeBase):
 
     def _close_link(self) -> None:
         self.hub._detach(self.address)
-
-
-def _unpack(item: object, codec: Codec | None) -> tuple[ProcessId, Ball]:
-    if isinstance(item, bytes | bytearray):
-        if codec is None:
-            raise RemoteProtocolError("bytes on a hub without a codec", fault="not-a-message")
-        return codec.decode(bytes(item))
-    if (
-        isinstance(item, tuple)
-        and len(item) == 2
-        and isinstance(item[0], int)
-        and isinstance(item[1], dict)
-    ):
-        return item[0], item[1]
-    raise RemoteProtocolError(f"{type(item).__name__} is not a message", fault="not-a-message")

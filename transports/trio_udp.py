@@ -3,7 +3,7 @@
 EpTO tolerates message loss by design (a ball reaches K peers and every event
 is relayed for TTL rounds), so gossip uses plain datagrams: no connections, no
 retransmission, no head-of-line blocking. Each node binds one UDP socket and
-sends every ball from it; balls larger than ``max_datagram`` are split.
+sends every ball from it; balls larger than ``limits.max_frame_size`` are split into several frames.
 
 ::
 
@@ -21,10 +21,7 @@ import socket as _stdlib_socket
 
 import trio
 
-from epto import Ball, RemoteProtocolError
-
-from ._common import Address, Codec, NodeConfig, parse_host_port
-from ._interim_codec import InterimCodec
+from ._common import Address, NodeConfig, parse_host_port
 from ._trio_base import TrioNodeBase
 
 __all__ = ["TrioNode"]
@@ -38,11 +35,8 @@ class TrioNode(TrioNodeBase):
     ``node.address`` is the ``"host:port"`` actually bound (useful with port 0).
     """
 
-    def __init__(self, config: NodeConfig, *, codec: Codec | None = None) -> None:
+    def __init__(self, config: NodeConfig) -> None:
         super().__init__(config)
-        self.codec: Codec = codec or InterimCodec(
-            max_datagram=config.max_datagram, max_payload=config.max_payload
-        )
         self._sock: trio.socket.SocketType | None = None
         self._resolved: dict[Address, tuple[str, int]] = {}
         self.address = ""
@@ -64,7 +58,6 @@ class TrioNode(TrioNodeBase):
         sock = self._sock
         assert sock is not None
         core = self._require_core()
-        decode = self.codec.decode
         while True:
             try:
                 data, _ = await sock.recvfrom(_RECV_SIZE)
@@ -72,14 +65,9 @@ class TrioNode(TrioNodeBase):
                 # ICMP errors surface here on some systems; a lost peer is not our fault.
                 core.reject("socket-error")
                 continue
-            try:
-                sender, ball = decode(data)
-            except RemoteProtocolError as err:
-                core.reject(err.fault)
-                continue
-            self._feed(sender, ball)
+            self._feed_datagram(data)
 
-    async def _send(self, address: Address, ball: Ball) -> None:
+    async def _send(self, address: Address, message: object) -> None:
         sock = self._sock
         if sock is None:
             return
@@ -87,7 +75,7 @@ class TrioNode(TrioNodeBase):
         target = self._resolved.get(address)
         if target is None:
             target = self._resolved[address] = parse_host_port(address)
-        for datagram in self.codec.encode(core.pid, ball):
+        for datagram in core.encode(message):
             try:
                 await sock.sendto(datagram, target)
                 core.datagrams_sent += 1

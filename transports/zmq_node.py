@@ -16,9 +16,10 @@ thread-safe: :meth:`ZmqNode.broadcast`, a blocking iterator of deliveries
 
 ZeroMQ links are TCP: messages to a peer that is down queue up to the send
 high-water mark, then are dropped and counted (``send_failures``); EpTO's
-redundancy covers them. Messages larger than twice ``max_datagram`` make
-libzmq drop the connection of the peer that sent them (``ZMQ_MAXMSGSIZE``);
-smaller ones that are still too big are counted as ``oversized``.
+redundancy covers them. Messages larger than twice ``limits.max_frame_size``
+make libzmq drop the connection of the peer that sent them
+(``ZMQ_MAXMSGSIZE``); smaller ones that are still too big are counted as
+``oversized``.
 """
 
 from __future__ import annotations
@@ -34,18 +35,16 @@ from typing import Any, Self
 
 import zmq
 
-from epto import Delivery, EventId, LocalProtocolError, ProcessId, RemoteProtocolError
+from epto import Delivery, EventId, LocalProtocolError, ProcessId
 
 from ._common import (
     Address,
-    Codec,
     CoreAdapter,
     DeliveryOverflowError,
     NodeConfig,
-    NodeStatistics,
+    TransportStatistics,
     parse_host_port,
 )
-from ._interim_codec import InterimCodec
 
 __all__ = ["ZmqNode"]
 
@@ -66,13 +65,9 @@ class ZmqNode:
         self,
         config: NodeConfig,
         *,
-        codec: Codec | None = None,
         context: zmq.Context[Any] | None = None,
     ) -> None:
         self.config = config
-        self.codec: Codec = codec or InterimCodec(
-            max_datagram=config.max_datagram, max_payload=config.max_payload
-        )
         self._context = context or zmq.Context.instance()
         self._offset = time.time() - time.monotonic()
         self._cond = threading.Condition()
@@ -94,7 +89,7 @@ class ZmqNode:
             raise LocalProtocolError("a node can be started once")
         pull = self._context.socket(zmq.PULL)
         pull.setsockopt(zmq.LINGER, 0)
-        pull.setsockopt(zmq.MAXMSGSIZE, 2 * self.config.max_datagram)
+        pull.setsockopt(zmq.MAXMSGSIZE, 2 * self.config.limits.max_frame_size)
         host, port = parse_host_port(self.config.bind)
         try:
             if port == 0:
@@ -135,7 +130,8 @@ class ZmqNode:
             if self._state == "running":
                 self._state = "closing"
                 deadline = time.monotonic() + flush
-                while not self._core.flushed() and self._state == "closing":
+                # The poller thread leaves (and says so to Cyclon peers) once flushed.
+                while self._state == "closing":
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
@@ -145,7 +141,7 @@ class ZmqNode:
     def abort(self) -> None:
         """Stop at once (what a crash looks like to the group)."""
         with self._cond:
-            if self._state in ("closed", "new"):
+            if self._state == "closed" or self._state == "new":
                 self._state = "closed"
                 self._wake_r.close()
                 self._wake_w.close()
@@ -201,7 +197,7 @@ class ZmqNode:
         with self._cond:
             self._core.remove_member(pid)
 
-    def statistics(self) -> NodeStatistics:
+    def statistics(self) -> TransportStatistics:
         with self._cond:
             return self._core.statistics()
 
@@ -221,29 +217,30 @@ class ZmqNode:
         poller.register(pull, zmq.POLLIN)
         poller.register(self._wake_r.fileno(), zmq.POLLIN)
         core = self._core
-        decode = self.codec.decode
         try:
             while True:
                 with self._cond:
                     if self._state == "closed":
                         return
                     wait = core.timer() - self._now()
-                timeout_ms = max(0, math.ceil(wait * 1000))
+                # After leaving, the core has no timer: wait for arrivals or close().
+                timeout_ms = max(0, math.ceil(wait * 1000)) if math.isfinite(wait) else None
                 ready = dict(poller.poll(timeout_ms))
                 if pull in ready:
-                    self._receive_batch(pull, decode)
+                    self._receive_batch(pull)
                 with self._cond:
                     if self._state == "closed":
                         return
                     core.handle_timer(self._now())
+                    if self._state == "closing" and core.flushed():
+                        core.leave(self._now())
+                        self._state = "left"
                     outgoing = core.outgoing()
-                    pid = core.pid
-                    for address, ball in outgoing:
-                        for frame in self.codec.encode(pid, ball):
+                    for address, message in outgoing:
+                        for frame in core.encode(message):
                             self._send(address, frame)
-                    moved = core.pump()
-                    if moved or outgoing or self._state == "closing" or core.buffer.overflowed:
-                        self._cond.notify_all()
+                    core.pump()
+                    self._cond.notify_all()  # readers, and close() waiting for "left"
                     if core.buffer.overflowed:
                         self._state = "closed"
                         return
@@ -261,7 +258,7 @@ class ZmqNode:
             self._wake_r.close()
             self._wake_w.close()
 
-    def _receive_batch(self, pull: zmq.Socket[Any], decode: Any) -> None:
+    def _receive_batch(self, pull: zmq.Socket[Any]) -> None:
         arrivals = []
         for _ in range(_RECV_BATCH):
             try:
@@ -272,12 +269,7 @@ class ZmqNode:
             core = self._core
             now = self._now()
             for data in arrivals:
-                try:
-                    sender, ball = decode(data)
-                except RemoteProtocolError as err:
-                    core.reject(err.fault)
-                    continue
-                core.receive(sender, ball, now)
+                core.receive_datagram(data, now)
 
     def _send(self, address: Address, frame: bytes) -> None:
         core = self._core

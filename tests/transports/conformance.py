@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import trio
-from epto.transports._common import DeliveryOverflowError, NodeConfig, NodeStatistics
+from epto.transports._common import DeliveryOverflowError, NodeConfig, TransportStatistics
 
 import epto
 from epto.check import check
@@ -46,7 +46,6 @@ class Transport(ABC):
     """How the suite starts nodes of one transport."""
 
     name: str
-    max_datagram = 8_000
 
     @abstractmethod
     def group(self) -> contextlib.AbstractAsyncContextManager[Group]: ...
@@ -76,8 +75,8 @@ class Group(ABC):
     @abstractmethod
     async def send_garbage(self, pid: int, datagrams: list[bytes]) -> None: ...
 
-    def statistics(self, pid: int) -> NodeStatistics:
-        stats: NodeStatistics = self.node(pid).statistics()
+    def statistics(self, pid: int) -> TransportStatistics:
+        stats: TransportStatistics = self.node(pid).statistics()
         return stats
 
     def broadcast(self, pid: int, payload: bytes) -> epto.EventId:
@@ -190,22 +189,37 @@ async def node_joins(transport: Transport) -> None:
         assert g.sequences[1][-len(tail) :] == tail
 
 
-def garbage_datagrams(max_datagram: int, seed: int = 7) -> list[bytes]:
+LIMITS = epto.Limits(max_frame_size=1400)
+
+
+def garbage_datagrams(seed: int = 7) -> list[bytes]:
+    """Random bytes, cut and padded frames, an oversized datagram, a frame of
+    another group, and frames sealed under a key the group does not have."""
     rng = random.Random(seed)
-    real = epto.transports._interim_codec.InterimCodec().encode(
-        5, {(5, 0): (epto.Event(source=5, seq=0, ts=1, payload=b"p" * 40), 1)}
-    )[0]
+    ball = {(5, 0): (epto.Event(source=5, seq=0, ts=1, payload=b"p" * 40), 1)}
+    real = epto.FrameCodec(group=0, limits=LIMITS).encode(5, ball)[0]
+    other_group = epto.FrameCodec(group=77, limits=LIMITS).encode(5, ball)[0]
+    outsider = epto.GroupSealer(OUTSIDER_KEY, counter_start=1, prefix=b"\0\0\0\1")
+    sealed = epto.FrameCodec(group=0, limits=LIMITS, sealer=outsider).encode(5, ball)[0]
     out = [rng.randbytes(rng.randrange(1, 300)) for _ in range(20)]
-    out += [b"", b"EPTi", real[:-3], real + b"tail", b"\x00" * (max_datagram + 100)]
-    out.append(real[:4] + b"\x09" + real[5:])  # unknown version
-    return [d for d in out if d]  # an empty ZeroMQ message is fine; an empty UDP one is odd
+    out += [b"\xe7\x70", real[:-3], real + b"tail", b"\x00" * (LIMITS.max_frame_size + 100)]
+    out += [real[:2] + b"\x09" + real[3:], other_group, sealed]
+    return out
 
 
-async def garbage_arrives(transport: Transport) -> None:
+GROUP_KEY = epto.GroupKey(key_id=1, secret=bytes(range(32)))
+OUTSIDER_KEY = epto.GroupKey(key_id=1, secret=bytes(range(1, 33)))
+
+
+async def garbage_arrives(transport: Transport, *, sealed: bool = False) -> None:
     pids = [1, 2, 3]
+    key = GROUP_KEY if sealed else None
     async with transport.group() as g:
-        await g.start_all(pids, protocol(3), max_datagram=transport.max_datagram)
-        junk = garbage_datagrams(transport.max_datagram)
+        await g.start_all(pids, protocol(3), limits=LIMITS, group_key=key)
+        junk = garbage_datagrams()
+        if sealed:  # an unsealed frame of the right group is refused too
+            ball = {(5, 0): (epto.Event(source=5, seq=0, ts=1, payload=b"x"), 1)}
+            junk += epto.FrameCodec(group=0, limits=LIMITS).encode(5, ball)
         await g.send_garbage(1, junk)
 
         def counted() -> bool:
@@ -215,10 +229,18 @@ async def garbage_arrives(transport: Transport) -> None:
         for pid in pids:
             g.broadcast(pid, b"still alive")
         await g.wait_delivered(set(g.broadcast_ids), pids)
-        assert_safe(g)
+        report = assert_safe(g)
+        assert report.ok, report.summary()
         rejected = g.statistics(1).rejected
-        assert set(rejected) >= {"truncated", "bad-magic"} or transport.name == "memory"
+        assert {"truncated", "bad-magic", "oversized", "wrong-group"} <= set(rejected)
+        if sealed:
+            assert {"bad-tag", "unsealed"} <= set(rejected), rejected
         assert g.statistics(2).rejected == {}
+        assert g.statistics(1).delivered == 3
+
+
+async def garbage_arrives_sealed(transport: Transport) -> None:
+    await garbage_arrives(transport, sealed=True)
 
 
 async def shutdown_while_busy(transport: Transport) -> None:
@@ -262,6 +284,7 @@ SCENARIOS: list[Callable[[Transport], Awaitable[None]]] = [
     node_stops_rest_go_on,
     node_joins,
     garbage_arrives,
+    garbage_arrives_sealed,
     shutdown_while_busy,
 ]
 

@@ -7,7 +7,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from epto.transports._interim_codec import InterimCodec
 from epto.transports.memory import MemoryHub, MemoryNode
 
 from .conformance import SCENARIOS, Group, Transport, trio_group
@@ -19,9 +18,7 @@ class MemoryTransport(Transport):
         self.with_codec = with_codec
 
     def group(self) -> contextlib.AbstractAsyncContextManager[Group]:
-        hub = MemoryHub(
-            codec=InterimCodec(max_datagram=self.max_datagram) if self.with_codec else None
-        )
+        hub = MemoryHub(encode=self.with_codec)
 
         async def garbage(node: Any, datagrams: list[bytes]) -> None:
             for data in datagrams:
