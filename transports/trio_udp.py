@@ -38,18 +38,22 @@ class TrioNode(TrioNodeBase):
     def __init__(self, config: NodeConfig) -> None:
         super().__init__(config)
         self._sock: trio.socket.SocketType | None = None
+        self._raw: _stdlib_socket.socket | None = None
         self._resolved: dict[Address, tuple[str, int]] = {}
         self.address = ""
 
     async def _open_link(self) -> None:
         host, port = parse_host_port(self.config.bind)
-        sock = trio.socket.socket(_stdlib_socket.AF_INET, _stdlib_socket.SOCK_DGRAM)
+        raw = _stdlib_socket.socket(_stdlib_socket.AF_INET, _stdlib_socket.SOCK_DGRAM)
         try:
-            sock.setsockopt(_stdlib_socket.SOL_SOCKET, _stdlib_socket.SO_RCVBUF, 4 << 20)
+            raw.setsockopt(_stdlib_socket.SOL_SOCKET, _stdlib_socket.SO_RCVBUF, 4 << 20)
+            raw.setblocking(False)
+            sock = trio.socket.from_stdlib_socket(raw)
             await sock.bind((host, port))
         except BaseException:
-            sock.close()
+            raw.close()
             raise
+        self._raw = raw
         self._sock = sock
         bound_host, bound_port = sock.getsockname()[:2]
         self.address = f"{bound_host}:{bound_port}"
@@ -75,12 +79,24 @@ class TrioNode(TrioNodeBase):
         target = self._resolved.get(address)
         if target is None:
             target = self._resolved[address] = parse_host_port(address)
+        assert self._raw is not None
+        raw_sendto = self._raw.sendto
         for datagram in core.encode(message):
+            # Send without yielding to the scheduler per datagram (a round's
+            # datagrams leave together, as in aioquic's transmit()); only a
+            # full send buffer makes the round wait for the socket.
             try:
-                await sock.sendto(datagram, target)
-                core.datagrams_sent += 1
+                raw_sendto(datagram, target)
+            except BlockingIOError:
+                try:
+                    await sock.sendto(datagram, target)
+                except OSError:
+                    core.send_failures += 1
+                    continue
             except OSError:
                 core.send_failures += 1
+                continue
+            core.datagrams_sent += 1
 
     def _close_link(self) -> None:
         if self._sock is not None:

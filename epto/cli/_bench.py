@@ -7,7 +7,9 @@ import importlib
 from typing import Any
 
 # One line per benchmark module in epto/benchmarks/.
-_TOPICS: tuple[str, ...] = ()
+_TOPICS: tuple[str, ...] = (
+    "udp_scale",
+)
 
 
 def register(sub: Any) -> None:
