@@ -1,4 +1,4 @@
-"""Many trio nodes on real UDP loopback sockets in one process: every event delivered everywhere, in one order.
+"""Many trio nodes on UDP loopback sockets in one process: every event everywhere, one order.
 
 Each node binds its own UDP socket on 127.0.0.1 and runs its own round timer;
 all of them share one trio event loop (one CPU core). Every node broadcasts
@@ -93,8 +93,11 @@ async def _main(args: argparse.Namespace) -> int:
     print(f"setup {setup:.2f} s; all delivered: {complete.is_set()} after {elapsed:.2f} s")
     print(f"deliveries {delivered} of {n * total}; rounds run (max) {rounds}")
     print(f"floor: TTL x round = {config.ttl * config.round_interval:.2f} s")
-    print(f"datagrams sent {sum(s.datagrams_sent for s in stats)}, send failures "
-          f"{sum(s.send_failures for s in stats)}, rejected {sum(sum(s.rejected.values()) for s in stats)}")
+    print(
+        f"datagrams sent {sum(s.datagrams_sent for s in stats)}, send failures "
+        f"{sum(s.send_failures for s in stats)}, "
+        f"rejected {sum(sum(s.rejected.values()) for s in stats)}"
+    )
     print(f"cpu {time.process_time() - cpu:.1f} s of {time.perf_counter() - started:.1f} s wall")
     print(report.summary())
     return 0 if report.ok and complete.is_set() else 1

@@ -9,6 +9,7 @@ from typing import Any
 # One line per benchmark module in epto/benchmarks/.
 _TOPICS: tuple[str, ...] = (
     "udp_scale",
+    "replication",
 )
 
 
