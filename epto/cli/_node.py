@@ -21,6 +21,7 @@ import json
 import math
 import sys
 import threading
+import time
 from typing import Any, TextIO
 
 
@@ -58,6 +59,20 @@ def register(sub: Any) -> None:
     p.add_argument("--duration", type=float, help="stop after this many seconds")
     p.add_argument("--output", help="write deliveries to this file (default: stdout)")
     p.add_argument("--flush-timeout", type=float, default=5.0)
+    p.add_argument(
+        "--log-dir",
+        help="also append every delivery to a crash-safe delivery log under this directory",
+    )
+    p.add_argument(
+        "--group-key-file",
+        help="seal every frame under this group key (32 raw bytes or 64 hex digits)",
+    )
+    p.add_argument("--group", type=int, default=0, help="group id carried by every frame")
+    p.add_argument(
+        "--cyclon",
+        action="store_true",
+        help="Cyclon partial views instead of a full view (peers are the seeds)",
+    )
     p.set_defaults(func=run)
 
 
@@ -83,8 +98,15 @@ def _config(args: argparse.Namespace) -> Any:
             clock=args.clock,
             tagged_delivery=args.tagged,
         )
+    group_key = None
+    if args.group_key_file:
+        group_key = epto.GroupKey(key_id=1, secret=_read_key(args.group_key_file))
     return NodeConfig(
         pid=args.id,
+        group=args.group,
+        group_key=group_key,
+        sampler=epto.CyclonConfig(shuffle_period=args.round_interval) if args.cyclon else "full",
+        group_size=len(members) if not args.cyclon else None,
         bind=args.bind,
         members=members,
         epto=protocol,
@@ -94,6 +116,42 @@ def _config(args: argparse.Namespace) -> Any:
         seed=args.seed,
         flush_timeout=args.flush_timeout,
     )
+
+
+def _read_key(path: str) -> bytes:
+    with open(path, "rb") as f:
+        raw = f.read().strip()
+    if len(raw) == 64:
+        try:
+            return bytes.fromhex(raw.decode("ascii"))
+        except ValueError:
+            pass
+    if len(raw) != 32:
+        raise SystemExit(f"epto node: {path} must hold 32 bytes or 64 hex digits")
+    return raw
+
+
+class _Sink:
+    """Where deliveries go: JSON lines, and the delivery log when asked."""
+
+    def __init__(self, args: argparse.Namespace, out: TextIO) -> None:
+        self.out = out
+        self.log: Any = None
+        if args.log_dir:
+            from epto.log import DeliveryLogWriter
+
+            self.log = DeliveryLogWriter(args.log_dir, args.id)
+
+    def write(self, delivery: Any) -> None:
+        print(_line(delivery), file=self.out, flush=True)
+        if self.log is not None:
+            from epto.log import micros
+
+            self.log.append(delivery, delivered_at=micros(time.time()))
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.close()
 
 
 def _line(delivery: Any) -> str:
@@ -114,20 +172,22 @@ def _line(delivery: Any) -> str:
 def run(args: argparse.Namespace) -> int:
     config = _config(args)
     out: TextIO = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+    sink = _Sink(args, out)
     try:
         if args.transport == "trio":
             import trio
 
-            trio.run(_run_trio, args, config, out)
+            trio.run(_run_trio, args, config, sink)
         else:
-            _run_zmq(args, config, out)
+            _run_zmq(args, config, sink)
     finally:
+        sink.close()
         if out is not sys.stdout:
             out.close()
     return 0
 
 
-async def _run_trio(args: argparse.Namespace, config: Any, out: TextIO) -> None:
+async def _run_trio(args: argparse.Namespace, config: Any, sink: _Sink) -> None:
     import trio
 
     TrioNode = _transport("epto.transports.trio_udp").TrioNode
@@ -159,16 +219,14 @@ async def _run_trio(args: argparse.Namespace, config: Any, out: TextIO) -> None:
         count = 0
         with trio.move_on_after(args.duration if args.duration is not None else math.inf):
             async for delivery in node:
-                print(_line(delivery), file=out, flush=True)
+                sink.write(delivery)
                 count += 1
                 if args.expect is not None and count >= args.expect:
                     break
         nursery.cancel_scope.cancel()
 
 
-def _run_zmq(args: argparse.Namespace, config: Any, out: TextIO) -> None:
-    import time
-
+def _run_zmq(args: argparse.Namespace, config: Any, sink: _Sink) -> None:
     ZmqNode = _transport("epto.transports.zmq_node").ZmqNode
 
     stdin_done = threading.Event()
@@ -191,7 +249,7 @@ def _run_zmq(args: argparse.Namespace, config: Any, out: TextIO) -> None:
             delivery = node.get(timeout=0.05)
             if delivery is None:
                 continue
-            print(_line(delivery), file=out, flush=True)
+            sink.write(delivery)
             count += 1
             if args.expect is not None and count >= args.expect:
                 break

@@ -11,14 +11,21 @@ from pathlib import Path
 import pytest
 
 from epto.check import check
+from epto.log import read_log
 
 from .processes import free_ports, spawn, stop_all, wait_for_line
 
 PER_NODE = 20
 
 
-@pytest.mark.parametrize("transport", ["trio", "zmq"])
-def test_three_processes_deliver_the_same_sequence(transport: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("transport", "options"),
+    [("trio", ()), ("zmq", ()), ("trio", ("sealed", "logged")), ("zmq", ("sealed",))],
+    ids=["trio", "zmq", "trio-sealed-logged", "zmq-sealed"],
+)
+def test_three_processes_deliver_the_same_sequence(
+    transport: str, options: tuple[str, ...], tmp_path: Path
+) -> None:
     kind = socket.SOCK_DGRAM if transport == "trio" else socket.SOCK_STREAM
     ports = free_ports(3, kind)
     pids = [1, 2, 3]
@@ -30,6 +37,14 @@ def test_three_processes_deliver_the_same_sequence(transport: str, tmp_path: Pat
             argv += [f"--id={pid}", f"--bind=127.0.0.1:{port}", *peers]
             argv += ["--round-interval=0.02", "--stdin", f"--expect={3 * PER_NODE}"]
             argv += [f"--output={tmp_path / f'{pid}.jsonl'}", f"--seed={pid}"]
+            if "sealed" in options:
+                key_file = tmp_path / "group.key"
+                key_file.write_text(bytes(range(32)).hex())
+                argv.append(f"--group-key-file={key_file}")
+            if "logged" in options:
+                argv.append(f"--log-dir={tmp_path / 'logs'}")
+            if "cyclon" in options:
+                argv.append("--cyclon")
             procs.append(spawn(argv))
         for proc in procs:
             wait_for_line(proc, "ready", timeout=30)
@@ -52,6 +67,10 @@ def test_three_processes_deliver_the_same_sequence(transport: str, tmp_path: Pat
         report = check(sequences, broadcast=broadcast)
         assert report.ok, report.summary()
         assert sequences[1] == sequences[2] == sequences[3]
+        if "logged" in options:
+            for pid in pids:
+                logged = [(r.source, r.seq) for r in read_log(tmp_path / "logs" / str(pid))]
+                assert logged == sequences[pid]
         assert sorted(payloads[1]) == sorted(
             f"command {i} from {p}" for p in pids for i in range(PER_NODE)
         )
