@@ -13,6 +13,8 @@ _TOPICS: tuple[str, ...] = (
     "churn",
     "wire",
     "spark",
+    "udp_scale",
+    "replication",
 )
 
 
