@@ -214,17 +214,21 @@ def run(args: argparse.Namespace) -> int:
             bar.total = expected
         bar.update(done - bar.n)
 
+    if args.mode == "token-ring" and args.log_dir is not None:
+        print("epto simulate: --log-dir is not supported with --mode token-ring", file=sys.stderr)
+        return 2
+
     from epto.log import SimulationLogger
 
     logger = None if args.log_dir is None else SimulationLogger(args.log_dir, flush_every=256)
     try:
-        result = run_simulation(spec, progress=progress, observers=[logger] if logger else [])
         if args.mode == "token-ring":
             from epto.tokenring._simrun import run_token_ring
 
             result = run_token_ring(spec, spec.latency_model(), k=args.k, progress=progress)
         else:
-            result = run_simulation(spec, progress=progress)
+            observers = [logger] if logger is not None else []
+            result = run_simulation(spec, progress=progress, observers=observers)
     finally:
         bar.close()
         if logger is not None:
