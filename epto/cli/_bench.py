@@ -12,6 +12,9 @@ _TOPICS: tuple[str, ...] = (
     "cyclon",
     "churn",
     "wire",
+    "spark",
+    "udp_scale",
+    "replication",
 )
 
 

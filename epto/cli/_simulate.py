@@ -47,6 +47,14 @@ def register(sub: Any) -> None:
     g.add_argument("--seed", type=int, default=1)
 
     e = p.add_argument_group("protocol")
+    e.add_argument(
+        "--mode",
+        choices=("epto", "token-ring"),
+        default="epto",
+        help="ordering engine (token-ring: docs/token-ring.md; its timeouts are "
+        "scaled to ticks as milliseconds)",
+    )
+    e.add_argument("--k", type=_positive_int, default=None, help="token ring: resiliency k")
     e.add_argument("--clock", choices=("logical", "global"), default="logical")
     e.add_argument("--fanout", type=_positive_int, default=None, help="default: epto params")
     e.add_argument("--ttl", type=_positive_int, default=None, help="default: epto params")
@@ -133,6 +141,13 @@ def register(sub: Any) -> None:
     o.add_argument("--json", metavar="FILE", type=Path, help="write the summary as JSON")
     o.add_argument("--plot", metavar="FILE.png", type=Path, help="plot the delay CDF")
     o.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    o.add_argument(
+        "--log-dir",
+        metavar="DIR",
+        type=Path,
+        help="write one delivery log per process under DIR/<pid>/ and DIR/broadcasts.csv "
+        "(1 tick = 1 ms; see docs/delivery-log.md)",
+    )
     p.set_defaults(func=run)
 
 
@@ -199,10 +214,25 @@ def run(args: argparse.Namespace) -> int:
             bar.total = expected
         bar.update(done - bar.n)
 
+    if args.mode == "token-ring" and args.log_dir is not None:
+        print("epto simulate: --log-dir is not supported with --mode token-ring", file=sys.stderr)
+        return 2
+
+    from epto.log import SimulationLogger
+
+    logger = None if args.log_dir is None else SimulationLogger(args.log_dir, flush_every=256)
     try:
-        result = run_simulation(spec, progress=progress)
+        if args.mode == "token-ring":
+            from epto.tokenring._simrun import run_token_ring
+
+            result = run_token_ring(spec, spec.latency_model(), k=args.k, progress=progress)
+        else:
+            observers = [logger] if logger is not None else []
+            result = run_simulation(spec, progress=progress, observers=observers)
     finally:
         bar.close()
+        if logger is not None:
+            logger.close()
 
     summary = result.summary()
     if args.json is not None:
