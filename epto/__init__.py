@@ -4,6 +4,8 @@ The public surface is re-exported here; modules whose names start with an
 underscore are private.
 """
 
+# Layered balls: the mapping processes exchange, built for cheap merging
+from ._ball import LayeredBall as LayeredBall
 from ._config import ClockKind as ClockKind
 from ._config import Config as Config
 from ._config import OrderingKind as OrderingKind
@@ -65,5 +67,10 @@ from ._signing import EventSigner as EventSigner
 from ._signing import SignatureVerifier as SignatureVerifier
 from ._signing import VerifierStatistics as VerifierStatistics
 from ._signing import signed_message as signed_message
+
+# isort: split
+# Token-ring mode: moving sequencer with two-level membership (epto.tokenring)
+from .tokenring import TokenRingConfig as TokenRingConfig
+from .tokenring import TokenRingProcess as TokenRingProcess
 
 __version__ = "0.1.0.dev0"

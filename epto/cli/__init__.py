@@ -18,7 +18,11 @@ _COMMANDS = (
     "demo",
     "params",
     "bench",
+    "simulate",
     "keygen",
+    "check",
+    "analyze",
+    "node",
 )
 
 

@@ -7,7 +7,15 @@ import importlib
 from typing import Any
 
 # One line per benchmark module in epto/benchmarks/.
-_TOPICS: tuple[str, ...] = ("wire",)
+_TOPICS: tuple[str, ...] = (
+    "core",
+    "cyclon",
+    "churn",
+    "wire",
+    "spark",
+    "udp_scale",
+    "replication",
+)
 
 
 def register(sub: Any) -> None:
