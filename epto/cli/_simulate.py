@@ -172,9 +172,17 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         if args.mode == "token-ring":
+            import time
+
             from epto.tokenring._simrun import run_token_ring
 
-            result = run_token_ring(spec, spec.latency_model(), k=args.k, progress=progress)
+            result = run_token_ring(
+                spec,
+                spec.latency_model(),
+                k=args.k,
+                progress=progress,
+                wall_clock=time.perf_counter,
+            )
         else:
             result = run_simulation(spec, progress=progress)
     finally:
