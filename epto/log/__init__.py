@@ -9,6 +9,7 @@ the format byte by byte and what survives a crash.
 from ._broadcasts import read_broadcasts as read_broadcasts
 from ._broadcasts import write_broadcasts as write_broadcasts
 from ._check import check_logs as check_logs
+from ._observer import SimulationLogger as SimulationLogger
 from ._reader import LogGapError as LogGapError
 from ._reader import iter_raw as iter_raw
 from ._reader import list_nodes as list_nodes
@@ -32,6 +33,7 @@ __all__ = [
     "LogCorruptError",
     "LogGapError",
     "LogRecord",
+    "SimulationLogger",
     "iter_raw",
     "list_nodes",
     "list_segments",

@@ -9,15 +9,8 @@ of logs on Spark and measures delivery delays. Importing this package does not
 import Spark; the functions do.
 """
 
+from ._analyze import analyze as analyze
 from ._session import register as register
 from ._session import session as session
 
 __all__ = ["analyze", "register", "session"]
-
-
-def __getattr__(name: str) -> object:
-    if name == "analyze":
-        from ._analyze import analyze
-
-        return analyze
-    raise AttributeError(name)

@@ -27,7 +27,11 @@ def session(master: str | None = None, *, app_name: str = "epto", **conf: str) -
     master = master or "local[2]"
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
-    settings = {"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"}
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+    }
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         settings |= {
