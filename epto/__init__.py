@@ -4,6 +4,8 @@ The public surface is re-exported here; modules whose names start with an
 underscore are private.
 """
 
+# Layered balls: the mapping processes exchange, built for cheap merging
+from ._ball import LayeredBall as LayeredBall
 from ._config import ClockKind as ClockKind
 from ._config import Config as Config
 from ._config import OrderingKind as OrderingKind
@@ -28,6 +30,10 @@ from ._sampler import PeerSampler as PeerSampler
 # Wire format: frames, kinds, limits, codec
 from ._codec import FrameCodec as FrameCodec
 from ._codec import Sealer as Sealer
+from ._frame_bodies import KIND_BALL as KIND_BALL
+from ._frame_bodies import KIND_LEAVE as KIND_LEAVE
+from ._frame_bodies import KIND_SHUFFLE_REPLY as KIND_SHUFFLE_REPLY
+from ._frame_bodies import KIND_SHUFFLE_REQUEST as KIND_SHUFFLE_REQUEST
 from ._frame_bodies import default_registry as default_registry
 from ._frames import Frame as Frame
 from ._frames import FrameKind as FrameKind
@@ -54,5 +60,17 @@ from ._peer_messages import PeerDescriptor as PeerDescriptor
 from ._peer_messages import PeerMessage as PeerMessage
 from ._peer_messages import ShuffleReply as ShuffleReply
 from ._peer_messages import ShuffleRequest as ShuffleRequest
+
+# isort: split
+# Event signatures (Ed25519; needs the crypto extra when used)
+from ._signing import EventSigner as EventSigner
+from ._signing import SignatureVerifier as SignatureVerifier
+from ._signing import VerifierStatistics as VerifierStatistics
+from ._signing import signed_message as signed_message
+
+# isort: split
+# Token-ring mode: moving sequencer with two-level membership (epto.tokenring)
+from .tokenring import TokenRingConfig as TokenRingConfig
+from .tokenring import TokenRingProcess as TokenRingProcess
 
 __version__ = "0.1.0.dev0"

@@ -24,14 +24,17 @@ from ._limits import HEADER_SIZE, SEAL_OVERHEAD, Limits
 class Sealer(Protocol):
     """Group encryption as the codec uses it (implemented by ``epto.GroupSealer``)."""
 
-    def seal(self, kind: int, sender: ProcessId, group: int, body: bytes) -> bytes:
+    def seal(
+        self, kind: int, sender: ProcessId, group: int, body: bytes, to: ProcessId | None
+    ) -> bytes:
         """A whole sealed frame: header with the seal flag and key id, then the
-        nonce, the ciphertext of ``body`` and the tag."""
+        nonce, the ciphertext of ``body`` and the tag; bound to receiver ``to``
+        unless it is ``None``."""
         ...
 
-    def open(self, header: Header, frame: bytes, now: float) -> bytes:
-        """The plaintext body of a sealed ``frame``; raises ``RemoteProtocolError``
-        (wrong key, tampered, replayed)."""
+    def open(self, header: Header, frame: bytes, now: float, me: ProcessId | None) -> bytes:
+        """The plaintext body of a sealed ``frame`` received by ``me``; raises
+        ``RemoteProtocolError`` (wrong key, tampered, replayed, meant for another)."""
         ...
 
 
@@ -46,6 +49,9 @@ class FrameCodec:
     ``group`` is the uint64 id every frame carries; frames of another group are
     rejected (``fault="wrong-group"``). With a ``sealer`` every frame sent is
     sealed and every frame received must be sealed (``fault="unsealed"``).
+    ``me`` is the id of the receiving process: sealed frames bound to another
+    receiver (``encode(..., to=)``) fail authentication here, so a frame
+    captured on its way to one member cannot be replayed to another.
     """
 
     def __init__(
@@ -56,6 +62,7 @@ class FrameCodec:
         registry: FrameRegistry | None = None,
         sealer: Sealer | None = None,
         ball_filter: BallFilter | None = None,
+        me: ProcessId | None = None,
     ) -> None:
         if not 0 <= group < 1 << 64:
             raise LocalProtocolError(f"group id {group} is not a uint64")
@@ -64,6 +71,9 @@ class FrameCodec:
         self.registry = registry if registry is not None else default_registry()
         self.sealer = sealer
         self.ball_filter = ball_filter
+        if me is not None and not 0 <= me < 1 << 64:
+            raise LocalProtocolError(f"process id {me} is not a uint64")
+        self.me = me
         overhead = HEADER_SIZE + (SEAL_OVERHEAD if sealer is not None else 0)
         self._body_budget = self.limits.max_frame_size - overhead
         self.rejected: Counter[str] = Counter()
@@ -73,15 +83,18 @@ class FrameCodec:
 
     # -- sending ------------------------------------------------------------
 
-    def encode(self, sender: ProcessId, message: Any) -> list[bytes]:
+    def encode(
+        self, sender: ProcessId, message: Any, *, to: ProcessId | None = None
+    ) -> list[bytes]:
         """The frames carrying ``message`` from ``sender``.
 
         A ball (any ``dict`` of ``EventId -> (Event, ttl)``) may need several
-        frames; every other kind takes exactly one. Raises
+        frames; every other kind takes exactly one. With a sealer and ``to``,
+        the frames are bound to receiver ``to``. Raises
         :class:`LocalProtocolError` if the message breaks the limits.
         """
         if isinstance(message, Mapping):
-            return self.encode_ball(sender, message)
+            return self.encode_ball(sender, message, to=to)
         kind = self.registry.by_type(type(message))
         body = kind.encode(message, self.limits)
         if len(body) > self._body_budget:
@@ -89,18 +102,22 @@ class FrameCodec:
                 f"{kind.name} body of {len(body)} bytes exceeds the frame budget "
                 f"{self._body_budget}"
             )
-        return [self._wrap(kind.code, sender, body)]
+        return [self._wrap(kind.code, sender, body, to)]
 
     def encode_ball(
-        self, sender: ProcessId, ball: Mapping[EventId, tuple[Event, int]]
+        self,
+        sender: ProcessId,
+        ball: Mapping[EventId, tuple[Event, int]],
+        *,
+        to: ProcessId | None = None,
     ) -> list[bytes]:
         """Frames that carry ``ball``, split so that each fits ``max_frame_size``."""
         bodies = split_ball(ball, self.limits, self._body_budget)
-        return [self._wrap(KIND_BALL, sender, body) for body in bodies]
+        return [self._wrap(KIND_BALL, sender, body, to) for body in bodies]
 
-    def _wrap(self, kind: int, sender: ProcessId, body: bytes) -> bytes:
+    def _wrap(self, kind: int, sender: ProcessId, body: bytes, to: ProcessId | None) -> bytes:
         if self.sealer is not None:
-            return self.sealer.seal(kind, sender, self.group, body)
+            return self.sealer.seal(kind, sender, self.group, body, to)
         return pack_header(kind, sender, self.group) + body
 
     # -- receiving ----------------------------------------------------------
@@ -121,7 +138,7 @@ class FrameCodec:
         if header.sealed:
             if self.sealer is None:
                 raise RemoteProtocolError("sealed frame, no group key", fault="unexpected-seal")
-            body = self.sealer.open(header, data, now)
+            body = self.sealer.open(header, data, now, self.me)
             reader = Reader(body)
         elif self.sealer is not None:
             raise RemoteProtocolError("unsealed frame in a sealed group", fault="unsealed")

@@ -51,9 +51,11 @@ BallEntry: TypeAlias = tuple[Event, int]
 Ball: TypeAlias = Mapping[EventId, BallEntry]
 """What one process gossips to K peers in a round.
 
-A ball is a set of copies keyed by event id. The dict a process hands out is
-never mutated afterwards, so one ball object may be shared by every receiver.
-Receivers must not mutate it either.
+A ball is a set of copies keyed by event id. Processes hand out
+:class:`epto.LayeredBall` objects (the same mapping stored by ttl, so that
+receivers merge copies with dict operations); any mapping is accepted on
+receipt. A ball is never mutated once handed out, so one ball object may be
+shared by every receiver. Receivers must not mutate it either.
 """
 
 

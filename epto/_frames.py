@@ -30,6 +30,9 @@ VERSION = 1
 """The wire format version this module reads and writes."""
 FLAG_SEALED = 0x01
 """Header flag: the body is an AEAD ciphertext (nonce, ciphertext, tag)."""
+FLAG_BOUND = 0x02
+"""Header flag (sealed frames only): the destination's id is authenticated with
+the header, so the frame is rejected by any other receiver."""
 
 _HEADER = struct.Struct(">2sBBBBHQQ")
 assert _HEADER.size == HEADER_SIZE
@@ -55,6 +58,10 @@ class Header:
     def sealed(self) -> bool:
         return bool(self.flags & FLAG_SEALED)
 
+    @property
+    def bound(self) -> bool:
+        return bool(self.flags & FLAG_BOUND)
+
 
 def pack_header(
     kind: int, sender: ProcessId, group: int, *, flags: int = 0, key_id: int = 0
@@ -78,10 +85,10 @@ def unpack_header(data: bytes) -> Header:
         raise RemoteProtocolError("not an epto frame", fault="bad-magic")
     if version != VERSION:
         raise RemoteProtocolError(f"unsupported wire version {version}", fault="bad-version")
-    if flags & ~FLAG_SEALED or reserved:
+    if flags & ~(FLAG_SEALED | FLAG_BOUND) or reserved:
         raise RemoteProtocolError("reserved header bits set", fault="bad-header")
-    if not flags & FLAG_SEALED and key_id:
-        raise RemoteProtocolError("key id on an unsealed frame", fault="bad-header")
+    if not flags & FLAG_SEALED and (key_id or flags & FLAG_BOUND):
+        raise RemoteProtocolError("key id or binding on an unsealed frame", fault="bad-header")
     return Header(kind=kind, sender=sender, group=group, flags=flags, key_id=key_id)
 
 

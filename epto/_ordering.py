@@ -26,7 +26,8 @@ timestamp, which is all it keeps.
 
 Tagged out-of-order delivery (EpTO paper, section 8.2): an event the
 timestamp test rejects, and that was never delivered, is delivered at once
-with the OUT_OF_ORDER tag. "Never delivered" is answered by per-source
+with the OUT_OF_ORDER tag (the tagged deliveries of a round come before its
+in-order ones, sorted by ``(ts, source)``). "Never delivered" is answered by per-source
 intervals of delivered sequence numbers (:mod:`epto._intervals`).
 """
 
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ._ball import LayeredBall
 from ._event import Ball, Delivery, DeliveryTag, Event, EventId
 from ._intervals import SeqIntervals
 
@@ -106,25 +108,34 @@ class Ordering:
         return sizes
 
     def order(self, ball: Ball) -> None:
-        """``orderEvents(ball)``: one round of the ordering component."""
+        """``orderEvents(ball)``: one round of the ordering component.
+
+        ``ball`` is any mapping ``{event id: (event, ttl)}``; a
+        :class:`LayeredBall` is read layer by layer without building entries.
+        """
         self._round += 1
         r = self._round
         received = self._received
         last = self.last_delivered_ts
 
         if ball:
+            layers = ball._layers if type(ball) is LayeredBall else LayeredBall(ball)._layers
+            get = received.get
             strict = self._strict
-            for eid, (event, ttl) in ball.items():
-                ts = event.ts
-                if ts > last or (
-                    not strict and ts == last and eid not in self._delivered_at_last_ts
-                ):
-                    birth = r - ttl
-                    current = received.get(eid)
-                    if current is None or current[1] > birth:
-                        received[eid] = (event, birth)
-                else:
-                    self._reject_stale(event)
+            at_last = self._delivered_at_last_ts
+            stale: list[Event] = []
+            for ttl, layer in layers.items():
+                birth = r - ttl
+                for eid, event in layer.items():
+                    ts = event.ts
+                    if ts > last or (not strict and ts == last and eid not in at_last):
+                        current = get(eid)
+                        if current is None or current[1] > birth:
+                            received[eid] = (event, birth)
+                    else:
+                        stale.append(event)
+            if stale:
+                self._reject_stale(stale)
 
         if not received:
             return
@@ -167,9 +178,15 @@ class Ordering:
         self.last_delivered_ts = new_last
         self.delivered_in_order += len(events)
 
-    def _reject_stale(self, event: Event) -> None:
-        self.rejected_stale += 1
+    def _reject_stale(self, stale: list[Event]) -> None:
+        """Copies refused by the timestamp test. With tagged delivery, those
+        never delivered are delivered now, out of order, sorted by order key."""
+        self.rejected_stale += len(stale)
         seqs = self._delivered_seqs
-        if seqs is not None and seqs.add(event.source, event.seq):
-            self.delivered_out_of_order += 1
-            self._emit(Delivery(event=event, tag=DeliveryTag.OUT_OF_ORDER))
+        if seqs is None:
+            return
+        stale.sort(key=_order_key)
+        for event in stale:
+            if seqs.add(event.source, event.seq):
+                self.delivered_out_of_order += 1
+                self._emit(Delivery(event=event, tag=DeliveryTag.OUT_OF_ORDER))

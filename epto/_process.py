@@ -6,6 +6,12 @@ The process is sans-IO in the aioquic manner: inputs (:meth:`broadcast`,
 event id; outputs are pulled (:meth:`messages_to_send`, :meth:`next_delivery`,
 :meth:`get_timer`). Time, randomness and the peer sampler are injected, so the
 same inputs and seed give the same outputs.
+
+nextBall is kept lazily (see :mod:`epto._ball`): a layered ball is received
+in constant time (its layers are kept, its largest timestamp moves the
+clock), and the copies of a round are merged, larger ttl kept, when the round
+runs. Other mappings are merged entry by entry on receipt, as Algorithm 1
+reads. Both give the same next ball.
 """
 
 from __future__ import annotations
@@ -17,13 +23,14 @@ from collections.abc import Iterator
 
 import attrs
 
+from ._ball import LayeredBall, Layers, merge_layers
 from ._config import Config
 from ._errors import LocalProtocolError
 from ._event import Ball, BallEntry, Delivery, Event, EventId, ProcessId
 from ._ordering import Ordering
 from ._sampler import PeerSampler
 
-_EMPTY_BALL: Ball = {}
+_EMPTY_BALL = LayeredBall()
 
 
 @attrs.frozen(kw_only=True, slots=True)
@@ -80,7 +87,14 @@ class Process:
         # lagging real clock from producing events that would be rejected.
         self._clock = 0
         self._next_seq = 0
-        self._next_ball: dict[EventId, BallEntry] = {}
+        # nextBall of Algorithm 1, kept lazily: the layers of the balls received
+        # this round (only those with a copy below TTL) and this round's own
+        # broadcasts; merged, keeping the larger ttl per id, when the round runs.
+        self._pending: list[Layers] = []
+        self._own: dict[EventId, Event] = {}
+        # Copies from balls that are not layered (e.g. decoded from bytes),
+        # merged entry by entry as Algorithm 1 reads: id -> (event, ttl).
+        self._loose: dict[EventId, BallEntry] = {}
         self._outbox: list[tuple[ProcessId, Ball]] = []
         self._deliveries: deque[Delivery] = deque()
         self._ordering = Ordering(
@@ -108,27 +122,49 @@ class Process:
         seq = self._next_seq
         self._next_seq = seq + 1
         event = Event(source=self.pid, seq=seq, ts=ts, payload=bytes(payload))
-        self._next_ball[(self.pid, seq)] = (event, 0)
+        self._own[(self.pid, seq)] = event
         self._broadcasts += 1
         return (self.pid, seq)
 
     def receive(self, sender: ProcessId, ball: Ball, now: float) -> None:
         """Upon receive BALL: relay copies whose ttl is below TTL, keeping the
-        larger ttl, and move the clock past every timestamp seen."""
-        next_ball = self._next_ball
+        larger ttl, and move the clock past every timestamp seen.
+
+        ``ball`` is any mapping ``{event id: (event, ttl)}``; a
+        :class:`LayeredBall` (what :meth:`messages_to_send` hands out) is taken
+        in constant time, any other mapping is first converted, one entry at a
+        time. The process keeps a reference to the ball until its next round;
+        the ball must not be mutated (it never is by the process).
+        """
+        self._balls_received += 1
+        if type(ball) is not LayeredBall:
+            self._receive_entries(ball)
+            return
+        if ball.max_ts > self._clock:
+            self._clock = ball.max_ts
+        relay_ttl = self._relay_ttl
+        layers = ball._layers
+        for ttl in layers:
+            if ttl < relay_ttl:
+                self._pending.append(layers)
+                break
+        self._entries_received += ball._size
+
+    def _receive_entries(self, ball: Ball) -> None:
+        loose = self._loose
+        get = loose.get
         relay_ttl = self._relay_ttl
         clock = self._clock
         for eid, entry in ball.items():
             ttl = entry[1]
             if ttl < relay_ttl:
-                current = next_ball.get(eid)
+                current = get(eid)
                 if current is None or current[1] < ttl:
-                    next_ball[eid] = entry
+                    loose[eid] = entry
             ts = entry[0].ts
             if ts > clock:
                 clock = ts
         self._clock = clock
-        self._balls_received += 1
         self._entries_received += len(ball)
 
     def handle_timer(self, now: float) -> None:
@@ -152,8 +188,10 @@ class Process:
     def messages_to_send(self) -> list[tuple[ProcessId, Ball]]:
         """Balls to send, as ``(destination, ball)``; drains the outbox.
 
-        One ball object is shared by the destinations of a round and is never
-        mutated afterwards.
+        One ball object, a :class:`LayeredBall` (a ``Mapping[EventId, (Event,
+        ttl)]``), is shared by the destinations of a round and is never mutated
+        afterwards; hand it to receivers as it is (a simulator) or encode it
+        through its mapping interface (a codec).
         """
         out = self._outbox
         self._outbox = []
@@ -187,7 +225,7 @@ class Process:
     def memory_sizes(self) -> dict[str, int]:
         """Sizes of every container the process keeps between rounds."""
         sizes = {
-            "next_ball": len(self._next_ball),
+            "next_ball": sum(map(len, self._merge_next_ball().values())),
             "outbox": len(self._outbox),
             "deliveries": len(self._deliveries),
         }
@@ -204,7 +242,7 @@ class Process:
             delivered=self._ordering.delivered_in_order,
             delivered_out_of_order=self._ordering.delivered_out_of_order,
             rejected_stale=self._ordering.rejected_stale,
-            next_ball_size=len(self._next_ball),
+            next_ball_size=sum(map(len, self._merge_next_ball().values())),
             pending=self._ordering.pending,
             last_delivered_ts=self._ordering.last_delivered_ts,
             clock=self._clock,
@@ -212,12 +250,28 @@ class Process:
 
     # -- the round ----------------------------------------------------------
 
+    def _merge_next_ball(self) -> Layers:
+        """nextBall as layers: every pending copy merged, larger ttl kept."""
+        sources = self._pending
+        if self._loose:
+            sources.append(LayeredBall(self._loose)._layers)
+            self._loose = {}
+        if self._own:
+            sources.append({0: self._own})
+            self._own = {}
+        if not sources:
+            return {}
+        merged = merge_layers(sources, self._relay_ttl)
+        self._pending = [merged] if merged else []
+        return merged
+
     def _run_round(self) -> None:
         self._rounds += 1
-        current = self._next_ball
-        if current:
-            ball: Ball = {eid: (event, ttl + 1) for eid, (event, ttl) in current.items()}
-            self._next_ball = {}
+        merged = self._merge_next_ball()
+        if merged:
+            self._pending = []
+            # Age every copy by one: the layers move up one ttl, unchanged.
+            ball = LayeredBall._of_layers({ttl + 1: layer for ttl, layer in merged.items()})
             targets = self.peers.sample(self._fanout, self._rng)
             self._outbox.extend((dest, ball) for dest in targets)
             self._balls_sent += len(targets)

@@ -31,7 +31,7 @@ import attrs
 
 from ._errors import ConfigurationError, LocalProtocolError, RemoteProtocolError
 from ._event import ProcessId
-from ._frames import FLAG_SEALED, Header, pack_header
+from ._frames import FLAG_BOUND, FLAG_SEALED, Header, pack_header
 from ._limits import HEADER_SIZE, SEAL_OVERHEAD
 from ._replay import ReplayWindow
 
@@ -116,6 +116,9 @@ class GroupSealer:
         self._max_senders = max_senders
         self._aeads: OrderedDict[tuple[int, ProcessId], AESGCM | ChaCha20Poly1305] = OrderedDict()
         self.replay = ReplayWindow(replay_window, max_senders)
+        from cryptography.exceptions import InvalidTag
+
+        self._invalid_tag = InvalidTag
         _subkey_aead(key, 0)  # fail now, not on the first frame, without cryptography
 
     @property
@@ -163,20 +166,25 @@ class GroupSealer:
                 self._aeads.popitem(last=False)
             self._aeads[cache_key] = aead
 
-    def seal(self, kind: int, sender: ProcessId, group: int, body: bytes) -> bytes:
+    def seal(
+        self, kind: int, sender: ProcessId, group: int, body: bytes, to: ProcessId | None = None
+    ) -> bytes:
+        if to is not None and not 0 <= to < _U64_LIMIT:
+            raise LocalProtocolError(f"receiver id {to} is not a uint64")
         counter = self._counter
         if counter >= _U64_LIMIT:
             raise LocalProtocolError("nonce counter exhausted; rotate the key and restart")
         self._counter = counter + 1
         key = self._current
-        header = pack_header(kind, sender, group, flags=FLAG_SEALED, key_id=key.key_id)
+        flags = FLAG_SEALED if to is None else FLAG_SEALED | FLAG_BOUND
+        header = pack_header(kind, sender, group, flags=flags, key_id=key.key_id)
+        aad = header if to is None else header + to.to_bytes(8, "big")
         nonce = self._prefix + counter.to_bytes(8, "big")
         aead = self._aead(key, sender)
         self._remember(key, sender, aead)
-        return header + nonce + aead.encrypt(nonce, body, header)
+        return header + nonce + aead.encrypt(nonce, body, aad)
 
-    def open(self, header: Header, frame: bytes, now: float) -> bytes:
-        from cryptography.exceptions import InvalidTag
+    def open(self, header: Header, frame: bytes, now: float, me: ProcessId | None = None) -> bytes:
 
         if len(frame) < HEADER_SIZE + SEAL_OVERHEAD:
             raise RemoteProtocolError("sealed frame shorter than its seal", fault="truncated")
@@ -187,16 +195,19 @@ class GroupSealer:
             key = None
         if key is None:
             raise RemoteProtocolError(f"no group key {header.key_id}", fault="unknown-key")
+        aad = frame[:HEADER_SIZE]
+        if header.bound:
+            if me is None:
+                raise RemoteProtocolError("frame bound to a receiver", fault="bad-header")
+            aad += me.to_bytes(8, "big")
         counter = int.from_bytes(frame[HEADER_SIZE + 4 : _NONCE_END], "big")
         sender = header.sender
         if not self.replay.fresh(sender, counter):
             raise RemoteProtocolError(f"frame {counter} of {sender} replayed", fault="replay")
         aead = self._aead(key, sender)
         try:
-            body = aead.decrypt(
-                frame[HEADER_SIZE:_NONCE_END], frame[_NONCE_END:], frame[:HEADER_SIZE]
-            )
-        except InvalidTag:
+            body = aead.decrypt(frame[HEADER_SIZE:_NONCE_END], frame[_NONCE_END:], aad)
+        except self._invalid_tag:
             raise RemoteProtocolError("frame failed authentication", fault="bad-tag") from None
         self._remember(key, sender, aead)
         self.replay.accept(sender, counter)

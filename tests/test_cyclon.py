@@ -157,6 +157,18 @@ def test_purge_drops_entries_older_than_bound() -> None:
     assert 7 not in c2 and c2.statistics().purged == 1
 
 
+def test_sample_tops_up_with_targets_awaiting_reply() -> None:
+    c = make(0, [desc(1)])
+    c.handle_timer(1.0)
+    [(target, _)] = c.messages_to_send()
+    assert target == 1 and len(c) == 0
+    # A newcomer that just shuffled with its only seed still has someone to gossip to.
+    assert c.sample(5, random.Random(1)) == [1]
+    c.receive(1, ShuffleReply(entries=(desc(2), desc(3))), 1.01)
+    assert sorted(c.sample(5, random.Random(1))) == [2, 3]
+    assert len(c.sample(1, random.Random(1))) == 1
+
+
 def test_empty_view_falls_back_to_seeds() -> None:
     c = make(0, [desc(1)], shuffle_period=1.0)
     c.handle_timer(1.0)
@@ -176,6 +188,9 @@ def test_leave_tells_the_view_and_receivers_drop_the_sender() -> None:
     assert a.get_timer() == float("inf")
     b.receive(0, Leave(), 0.6)
     assert 0 not in b and b.statistics().leaves_received == 1
+    b.receive(2, Leave(), 0.7)  # b's view is now empty; its seeds left: it stays alone
+    b.handle_timer(5.0)
+    assert b.messages_to_send() == [] and len(b) == 0
     a.handle_timer(10.0)
     assert a.messages_to_send() == []
 
@@ -305,14 +320,14 @@ def test_thousand_processes_view_quality_and_churn_purge() -> None:
 
     Bounds. In a random graph where each of n processes points at c others,
     the in-degree is Binomial(n-1, c/(n-1)): mean c, standard deviation
-    sqrt(c(1-c/n)) = 6.9 for c=50, n=1000, and over 1,000 draws the minimum is
-    near c - 3.2 sd = 28 and the maximum near c + 3.2 sd = 72. Cyclon's views
-    are full (mean just under c: the shuffling process has one slot free while
-    its request is in flight) and its age-based target choice makes in-degree
-    self-correcting, so its spread is at most a random graph's: we assert
-    mean within 2% of c, standard deviation at most 1.15 random-graph sd,
-    minimum at least c/2 (nobody is isolated or nearly so) and maximum at most
-    c + 6 random-graph sd.
+    sqrt(c(1-c/n)) = 6.9 for c=50, n=1000; over 1,000 processes the extremes
+    lie about 3.2 sd from the mean. Cyclon's views are full (mean just under
+    c: a process has one slot free while its request is in flight) and its
+    oldest-first target choice makes in-degree self-correcting, so its spread
+    is that of a random graph or narrower (measured: sd 6.6 to 6.9, min 26 to
+    31, max 71 to 75). We assert mean within 2% of c, sd at most 1.15 times
+    the random graph's, and every in-degree within 5 random-graph sd of c:
+    nobody is isolated or nearly so, nobody is a hub.
 
     Dead peers. Then 1% of the processes are replaced every period for 10
     periods (crashed without a Leave; newcomers join through a random live
@@ -335,8 +350,8 @@ def test_thousand_processes_view_quality_and_churn_purge() -> None:
     random_sd = (c * (1 - c / n)) ** 0.5
     assert 0.98 * c <= mean <= c
     assert sd <= 1.15 * random_sd, (sd, random_sd)
-    assert min(degrees) >= c // 2
-    assert max(degrees) <= c + 6 * random_sd
+    assert min(degrees) >= c - 5 * random_sd
+    assert max(degrees) <= c + 5 * random_sd
     assert all(len(s) >= c - 1 for s in samplers.values())
 
     rng = random.Random(7)

@@ -154,6 +154,10 @@ def test_configuration_errors() -> None:
         GroupSealer(KEY, counter_start=0)
     with pytest.raises(ConfigurationError):
         GroupSealer(KEY, counter_start=-1, prefix=b"abcd")
+    with pytest.raises(LocalProtocolError):
+        GroupSealer(KEY, counter_start=0, prefix=b"abcd").seal(1, 1, GROUP, b"", to=1 << 64)
+    with pytest.raises(LocalProtocolError):
+        FrameCodec(group=GROUP, me=-1)
     assert "secret" not in repr(KEY).replace("secret=<hidden>", "")
     assert str(bytes(range(32))) not in repr(KEY)
 
@@ -179,3 +183,20 @@ def test_replay_window_memory_is_bounded() -> None:
         window.accept(sender, 1)
     assert len(window) == 3 and window.evicted == 7
     assert not window.fresh(9, 1) and window.fresh(0, 1)
+
+
+def test_frames_bound_to_a_receiver_cannot_be_replayed_to_another() -> None:
+    sender = make_codec(seed=11)
+    bob = FrameCodec(group=GROUP, sealer=GroupSealer(KEY, counter_start=0, prefix=b"bbbb"), me=2)
+    carol = FrameCodec(group=GROUP, sealer=GroupSealer(KEY, counter_start=0, prefix=b"cccc"), me=3)
+    (raw,) = sender.encode(1, Leave(), to=2)
+    assert raw[4] == 0b11  # sealed and bound
+    assert carol.receive(raw) is None and carol.rejected == {"bad-tag": 1}
+    assert bob.receive(raw) is not None
+    unbound_receiver = make_codec(seed=12)
+    assert unbound_receiver.receive(raw) is None
+    assert unbound_receiver.rejected == {"bad-header": 1}
+    # Clearing the bound flag breaks authentication as well.
+    stripped = bytearray(sender.encode(1, Leave(), to=3)[0])
+    stripped[4] = 0b01
+    assert carol.receive(bytes(stripped)) is None and carol.rejected["bad-tag"] == 2

@@ -1,9 +1,13 @@
 """The virtual-time network: a seeded discrete-event simulation of many
 :class:`epto.Process` objects.
 
-One priority queue (``heapq``) holds every timed item as a plain tuple
-``(time, seq, kind, a, b, c)``; ``seq`` is a counter, so items due at the same
-time run in the order they were scheduled and tuples never compare past it.
+The scheduler is a calendar queue: a ``heapq`` of distinct due times (plain
+floats, cheap to compare) and, per due time, a list of items, each a plain
+tuple ``(kind, a, b, c)``. Items due at the same time run in the order they
+were scheduled, including items scheduled while that time is being run. With a
+``quantum`` (the command line uses 1 time unit, the integer "ticks" of the
+EpTO paper's simulator) every due time is rounded up to a multiple of it, so
+thousands of arrivals share one queue entry; without one, time is exact.
 Kinds:
 
 * a process's round timer (``handle_timer``), re-armed from ``get_timer()``;
@@ -18,7 +22,11 @@ one per process (its peer choices). Changing the loss rate does not move round
 phases; the same seed gives the same run, byte for byte.
 
 The static full view is one :class:`epto.Membership` shared by every process
-and updated on churn; nothing is copied per process.
+and updated on churn; nothing is copied per process. With
+``pss=CyclonConfig(...)`` every process is instead an :class:`epto.Node`
+running Cyclon: a newcomer joins through ``pss_seeds`` live processes drawn
+at random, and Cyclon's messages cross the same network (latency, loss,
+partitions) as a queue kind of their own, counted apart from balls.
 
 EpTO processes only produce output in a round (``receive`` only fills the next
 ball, EpTO paper Algorithm 1), so outputs are drained after timers and
@@ -29,11 +37,10 @@ broadcasts; :meth:`Simulation.step` drains after every input when
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
 import random
-from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, Literal
 
 import attrs
 
@@ -41,11 +48,16 @@ from epto import (
     Ball,
     Config,
     ConfigurationError,
+    CyclonConfig,
     Delivery,
+    DeliveryTag,
     EventId,
     FullView,
     LocalProtocolError,
     Membership,
+    Node,
+    NodeMessage,
+    PeerDescriptor,
     PeerSampler,
     Process,
     ProcessId,
@@ -58,6 +70,9 @@ _TIMER = 0
 _ARRIVE = 1
 _ARRIVE_MANY = 2
 _CALL = 3
+_PEER = 4
+
+_Member = Process | Node
 
 
 class SimulationObserver:
@@ -95,6 +110,10 @@ class NetworkStatistics:
     to_departed: int
     """Copies that arrived after their destination had left."""
     in_flight: int
+    peer_messages_sent: int = 0
+    """Peer sampling (Cyclon) messages handed to the network."""
+    peer_messages_arrived: int = 0
+    """Peer sampling messages handed to a live process."""
 
 
 class Simulation:
@@ -123,6 +142,9 @@ class Simulation:
         drift: float = 0.0,
         jitter: float = 0.0,
         sampler: Callable[[ProcessId, Membership], PeerSampler] | None = None,
+        quantum: float | None = None,
+        pss: Literal["full"] | CyclonConfig = "full",
+        pss_seeds: int = 1,
     ) -> None:
         if not (isinstance(loss, int | float) and 0 <= loss < 1):
             raise ConfigurationError(f"loss must be in [0, 1), got {loss!r}")
@@ -130,6 +152,11 @@ class Simulation:
             raise ConfigurationError(f"drift must be in [0, 1), got {drift!r}")
         if not (isinstance(jitter, int | float) and 0 <= jitter < 1):
             raise ConfigurationError(f"jitter must be in [0, 1), got {jitter!r}")
+        if quantum is not None and not (
+            isinstance(quantum, int | float) and math.isfinite(quantum) and quantum > 0
+        ):
+            raise ConfigurationError(f"quantum must be a positive number, got {quantum!r}")
+        self.quantum = None if quantum is None else float(quantum)
         self.config = config
         self.seed = seed
         self.latency: LatencyModel = latency if latency is not None else ConstantLatency(0.0)
@@ -138,13 +165,24 @@ class Simulation:
         self.jitter = float(jitter)
         self.membership = Membership()
         self._sampler = sampler
+        if not (pss == "full" or isinstance(pss, CyclonConfig)):
+            raise ConfigurationError(f"pss must be 'full' or a CyclonConfig, got {pss!r}")
+        if sampler is not None and pss != "full":
+            raise ConfigurationError("give either sampler or pss=CyclonConfig, not both")
+        if not (isinstance(pss_seeds, int) and pss_seeds >= 1):
+            raise ConfigurationError(f"pss_seeds must be a positive integer, got {pss_seeds!r}")
+        self.pss = pss
+        """``"full"`` or the Cyclon configuration every process runs."""
+        self.pss_seeds = pss_seeds
+        self._peer_sent = self._peer_arrived = 0
         self._net_rng = random.Random(f"epto-sim/{seed}/network")
         self.schedule_rng = random.Random(f"epto-sim/{seed}/schedule")
         """The schedule's random stream (phases, drift, churn, workloads)."""
         self.now = 0.0
-        self._heap: list[tuple[Any, ...]] = []
-        self._seq = itertools.count()
-        self.processes: dict[ProcessId, Process] = {}
+        self._times: list[float] = []
+        self._buckets: dict[float, list[tuple[Any, ...]]] = {}
+        self.processes: dict[ProcessId, _Member] = {}
+        """Live processes: :class:`epto.Process`, or :class:`epto.Node` with Cyclon."""
         self.joined_at: dict[ProcessId, float] = {}
         self.left_at: dict[ProcessId, float] = {}
         self.broadcasts: dict[EventId, tuple[ProcessId, float]] = {}
@@ -193,24 +231,34 @@ class Simulation:
             phase = interval * rng.random()
         if not phase >= 0:
             raise LocalProtocolError(f"phase must be non-negative, got {phase!r}")
-        self.membership.add(pid)
-        peers = (
-            self._sampler(pid, self.membership)
-            if self._sampler is not None
-            else FullView(pid, self.membership)
-        )
-        proc = Process(
-            pid,
-            base,
-            peers=peers,
-            rng=random.Random(f"epto-sim/{self.seed}/process/{pid}"),
-            now=self.now + phase - interval,
-        )
+        proc_rng = random.Random(f"epto-sim/{self.seed}/process/{pid}")
+        proc: _Member
+        if isinstance(self.pss, CyclonConfig):
+            # Join through random live processes (the first one starts alone).
+            contacts = sorted(self.membership.sample_excluding(self.pss_seeds, pid, rng))
+            proc = Node(
+                pid,
+                base,
+                rng=proc_rng,
+                now=self.now + phase - interval,
+                sampler=self.pss,
+                seeds=[PeerDescriptor(pid=c, address=b"") for c in contacts],
+            )
+            self.membership.add(pid)
+        else:
+            self.membership.add(pid)
+            peers = (
+                self._sampler(pid, self.membership)
+                if self._sampler is not None
+                else FullView(pid, self.membership)
+            )
+            proc = Process(pid, base, peers=peers, rng=proc_rng, now=self.now + phase - interval)
         self.processes[pid] = proc
         self.joined_at[pid] = self.now
         for p in self._partitions:
             p.setdefault(pid, -1)
-        self._push(proc.get_timer(), _TIMER, pid, None, None)
+        # A Cyclon node may ask for its first shuffle before now (its phase).
+        self._push(max(proc.get_timer(), self.now), (_TIMER, pid, None, None))
         for obs in self.observers:
             obs.on_join(pid, self.now)
         return pid
@@ -223,7 +271,7 @@ class Simulation:
         proc = self.processes.pop(pid)
         self.membership.discard(pid)
         self.left_at[pid] = self.now
-        self._entries_of_departed += proc.statistics().entries_received
+        self._entries_of_departed += _process(proc).statistics().entries_received
         for obs in self.observers:
             obs.on_leave(pid, self.now)
 
@@ -310,12 +358,37 @@ class Simulation:
     def _separated(self, a: ProcessId, b: ProcessId) -> bool:
         return any(p.get(a, -1) != p.get(b, -1) for p in self._partitions)
 
-    def _send(self, src: ProcessId, out: list[tuple[ProcessId, Ball]], now: float) -> None:
+    def _send(
+        self, src: ProcessId, out: Sequence[tuple[ProcessId, NodeMessage]], now: float
+    ) -> None:
+        if self.pss == "full":
+            self._send_balls(src, out, now)  # type: ignore[arg-type]
+            return
+        balls: list[tuple[ProcessId, Ball]] = []
+        for dest, message in out:
+            if isinstance(message, Mapping):
+                balls.append((dest, message))
+            else:
+                self._send_peer(src, dest, message, now)
+        if balls:
+            self._send_balls(src, balls, now)
+
+    def _send_peer(self, src: ProcessId, dest: ProcessId, message: object, now: float) -> None:
+        self._peer_sent += 1
+        rng = self._net_rng
+        if self.loss and rng.random() < self.loss:
+            return
+        lat = self._links.get((src, dest)) if self._links else None
+        if lat is None:
+            lat = self.latency.sample(src, dest, rng)
+        self._push(now + lat, (_PEER, dest, src, message))
+
+    def _send_balls(self, src: ProcessId, out: list[tuple[ProcessId, Ball]], now: float) -> None:
         loss = self.loss
         rng = self._net_rng
-        push = heapq.heappush
-        heap = self._heap
-        seq = self._seq
+        buckets = self._buckets
+        times = self._times
+        quantum = self.quantum
         self._sent += len(out)
         if self._constant:
             # One queue item per ball: every copy arrives at the same time.
@@ -329,13 +402,13 @@ class Simulation:
                     groups[id(ball)] = (ball, [dest])
                 else:
                     entry[1].append(dest)
-            at = now + self.latency.maximum
             for ball, dests in groups.values():
                 self._in_flight += len(dests)
-                push(heap, (at, next(seq), _ARRIVE_MANY, dests, src, ball))
+                self._push(now + self.latency.maximum, (_ARRIVE_MANY, dests, src, ball))
             return
         links = self._links
         sample = self.latency.sample
+        ceil = math.ceil
         for dest, ball in out:
             if loss and rng.random() < loss:
                 self._lost += 1
@@ -344,7 +417,16 @@ class Simulation:
             if lat is None:
                 lat = sample(src, dest, rng)
             self._in_flight += 1
-            push(heap, (now + lat, next(seq), _ARRIVE, dest, src, ball))
+            at = now + lat
+            if quantum is not None:
+                at = ceil(at / quantum) * quantum
+            item = (_ARRIVE, dest, src, ball)
+            bucket = buckets.get(at)
+            if bucket is None:
+                buckets[at] = [item]
+                heapq.heappush(times, at)
+            else:
+                bucket.append(item)
 
     def network_statistics(self) -> NetworkStatistics:
         return NetworkStatistics(
@@ -354,18 +436,27 @@ class Simulation:
             cut=self._cut,
             to_departed=self._to_departed,
             in_flight=self._in_flight,
+            peer_messages_sent=self._peer_sent,
+            peer_messages_arrived=self._peer_arrived,
         )
 
     # -- scripting ----------------------------------------------------------
 
-    def _push(self, at: float, kind: int, a: Any, b: Any, c: Any) -> None:
-        heapq.heappush(self._heap, (at, next(self._seq), kind, a, b, c))
+    def _push(self, at: float, item: tuple[Any, ...]) -> None:
+        if self.quantum is not None:
+            at = math.ceil(at / self.quantum) * self.quantum
+        bucket = self._buckets.get(at)
+        if bucket is None:
+            self._buckets[at] = [item]
+            heapq.heappush(self._times, at)
+        else:
+            bucket.append(item)
 
     def call_at(self, at: float, action: Callable[[], object]) -> None:
         """Run ``action()`` at virtual time ``at`` (not before now)."""
         if at < self.now:
             raise LocalProtocolError(f"cannot schedule at {at!r}, before now ({self.now!r})")
-        self._push(at, _CALL, action, None, None)
+        self._push(at, (_CALL, action, None, None))
 
     def broadcast(self, pid: ProcessId, payload: bytes) -> EventId:
         """``pid`` broadcasts ``payload`` now."""
@@ -395,7 +486,7 @@ class Simulation:
 
     # -- running ------------------------------------------------------------
 
-    def _flush(self, pid: ProcessId, proc: Process, now: float) -> None:
+    def _flush(self, pid: ProcessId, proc: _Member, now: float) -> None:
         out = proc.messages_to_send()
         if out:
             self._send(pid, out, now)
@@ -406,53 +497,80 @@ class Simulation:
 
     def next_time(self) -> float | None:
         """When the next item is due, or None when nothing is scheduled."""
-        return self._heap[0][0] if self._heap else None
+        return self._times[0] if self._times else None
 
     def step(self) -> bool:
         """Run every item due at the earliest scheduled time; False if none."""
-        if not self._heap:
+        if not self._times:
             return False
-        self.run_until(self._heap[0][0])
+        self.run_until(self._times[0])
         return True
 
     def run_until(self, end: float) -> None:
         """Run every item due at or before ``end``; ``now`` becomes ``end``."""
-        heap = self._heap
-        pop = heapq.heappop
-        push = heapq.heappush
-        seq = self._seq
+        times = self._times
+        buckets = self._buckets
         procs = self.processes
         jitter = self.jitter
         rng = self.schedule_rng
         every_input = self.drain_every_input
-        while heap and heap[0][0] <= end:
-            t, _, kind, a, b, c = pop(heap)
+        push = self._push
+        while times and times[0] <= end:
+            t = times[0]
             self.now = t
-            if kind == _TIMER:
-                proc = procs.get(a)
-                if proc is None:
-                    continue
-                proc.handle_timer(t)
-                self._flush(a, proc, t)
-                due = proc.get_timer()
-                if jitter:
-                    due += jitter * proc.config.round_interval * rng.random()
-                push(heap, (due, next(seq), _TIMER, a, None, None))
-            elif kind == _ARRIVE:
-                self._in_flight -= 1
-                self._arrive(procs, a, b, c, t, every_input)
-            elif kind == _ARRIVE_MANY:
-                self._in_flight -= len(a)
-                for dest in a:
-                    self._arrive(procs, dest, b, c, t, every_input)
-            else:
-                a()
+            items = buckets[t]
+            i = 0
+            try:
+                # Items scheduled for ``t`` while it runs join ``items``.
+                while i < len(items):
+                    kind, a, b, c = items[i]
+                    i += 1
+                    if kind == _ARRIVE:
+                        # The hot path: ``_arrive`` inlined.
+                        self._in_flight -= 1
+                        proc = procs.get(a)
+                        if proc is None:
+                            self._to_departed += 1
+                        elif self._partitions and self._separated(b, a):
+                            self._cut += 1
+                        else:
+                            self._arrived += 1
+                            proc.receive(b, c, t)
+                            if every_input:
+                                self._flush(a, proc, t)
+                    elif kind == _TIMER:
+                        proc = procs.get(a)
+                        if proc is None:
+                            continue
+                        proc.handle_timer(t)
+                        self._flush(a, proc, t)
+                        due = proc.get_timer()
+                        if jitter:
+                            due += jitter * proc.config.round_interval * rng.random()
+                        push(due, (_TIMER, a, None, None))
+                    elif kind == _ARRIVE_MANY:
+                        self._in_flight -= len(a)
+                        for dest in a:
+                            self._arrive(procs, dest, b, c, t, every_input)
+                    elif kind == _PEER:
+                        node = procs.get(a)
+                        if node is not None and not (self._partitions and self._separated(b, a)):
+                            self._peer_arrived += 1
+                            node.receive(b, c, t)
+                            self._flush(a, node, t)
+                    else:
+                        a()
+            finally:
+                # On an exception, the items already run must not run again.
+                del items[:i]
+            heapq.heappop(times)
+            del buckets[t]
         if end > self.now:
             self.now = end
 
     def _arrive(
         self,
-        procs: Mapping[ProcessId, Process],
+        procs: Mapping[ProcessId, _Member],
         dest: ProcessId,
         src: ProcessId,
         ball: Ball,
@@ -489,8 +607,12 @@ class Simulation:
     def entries_processed(self) -> int:
         """Event copies received in balls, summed over every process that ever ran."""
         return self._entries_of_departed + sum(
-            p.statistics().entries_received for p in self.processes.values()
+            _process(p).statistics().entries_received for p in self.processes.values()
         )
+
+
+def _process(member: _Member) -> Process:
+    return member.process if isinstance(member, Node) else member
 
 
 class DeliveryRecorder(SimulationObserver):
@@ -514,7 +636,7 @@ class DeliveryRecorder(SimulationObserver):
     def on_delivery(self, pid: ProcessId, delivery: Delivery, now: float) -> None:
         event = delivery.event
         eid = (event.source, event.seq)
-        if delivery.tag.value == "out-of-order":
+        if delivery.tag is DeliveryTag.OUT_OF_ORDER:
             self.out_of_order.setdefault(pid, []).append(eid)
             return
         self.sequences[pid].append(eid)

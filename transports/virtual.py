@@ -14,3 +14,6 @@ from ._virtual import DeliveryRecorder as DeliveryRecorder
 from ._virtual import NetworkStatistics as NetworkStatistics
 from ._virtual import Simulation as Simulation
 from ._virtual import SimulationObserver as SimulationObserver
+from ._virtual_run import SimulationResult as SimulationResult
+from ._virtual_run import SimulationSpec as SimulationSpec
+from ._virtual_run import run_simulation as run_simulation

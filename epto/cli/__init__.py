@@ -18,6 +18,10 @@ _COMMANDS = (
     "demo",
     "params",
     "bench",
+    "simulate",
+    "keygen",
+    "check",
+    "analyze",
     "node",
 )
 

@@ -8,6 +8,11 @@ from typing import Any
 
 # One line per benchmark module in epto/benchmarks/.
 _TOPICS: tuple[str, ...] = (
+    "core",
+    "cyclon",
+    "churn",
+    "wire",
+    "spark",
     "udp_scale",
     "replication",
 )

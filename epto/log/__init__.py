@@ -6,6 +6,10 @@ delivery index, also while the writer appends. docs/delivery-log.md describes
 the format byte by byte and what survives a crash.
 """
 
+from ._broadcasts import read_broadcasts as read_broadcasts
+from ._broadcasts import write_broadcasts as write_broadcasts
+from ._check import check_logs as check_logs
+from ._observer import SimulationLogger as SimulationLogger
 from ._reader import LogGapError as LogGapError
 from ._reader import iter_raw as iter_raw
 from ._reader import list_nodes as list_nodes
@@ -21,11 +25,15 @@ from ._writer import DeliveryLogs as DeliveryLogs
 from ._writer import DeliveryLogWriter as DeliveryLogWriter
 
 __all__ = [
+    "check_logs",
+    "read_broadcasts",
+    "write_broadcasts",
     "DeliveryLogWriter",
     "DeliveryLogs",
     "LogCorruptError",
     "LogGapError",
     "LogRecord",
+    "SimulationLogger",
     "iter_raw",
     "list_nodes",
     "list_segments",

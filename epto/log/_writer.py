@@ -272,6 +272,12 @@ class DeliveryLogs:
             delivery, delivered_at=delivered_at, broadcast_at=broadcast_at
         )
 
+    def close_node(self, node: int) -> None:
+        """Close one node's writer (a later :meth:`write` reopens it)."""
+        w = self._writers.pop(node, None)
+        if w is not None:
+            w.close()
+
     def flush(self, *, fsync: bool = False) -> None:
         for w in self._writers.values():
             w.flush(fsync=fsync)

@@ -1,0 +1,152 @@
+"""Delivery-log write rate, Spark batch read rate and ``epto analyze`` time.
+
+1. The virtual-time simulator runs a group with ``--log-dir``-style logging
+   (one log per process, a broadcast manifest): the simulator-generated log.
+2. Its deliveries are read back and written again ``--tiles`` times, each
+   tile shifted past the previous one in sequence numbers, timestamps and
+   times, so that every node's log is a longer run with the same shape and a
+   consistent total order: the large log (the simulator itself cannot reach
+   ten million deliveries in minutes). The log writer's rate is timed here.
+3. Spark reads the large log (every column, payloads included) and
+   ``epto analyze`` runs on it; both are timed, as is ``epto check`` (Python)
+   on the simulator-generated log.
+
+Wall-clock figures; on a shared machine they are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--processes", type=int, default=100, help="simulated processes")
+    parser.add_argument("--events", type=int, default=1000, help="simulated events")
+    parser.add_argument("--tiles", type=int, default=100, help="copies in the large log")
+    parser.add_argument("--dir", type=Path, help="work directory (default: a temporary one)")
+    parser.add_argument("--master", help="Spark master URL (default: local[2])")
+    parser.add_argument("--keep", action="store_true", help="keep the logs")
+    parser.add_argument("--skip-analyze", action="store_true")
+
+
+def simulate(root: Path, processes: int, events: int) -> float:
+    from epto.log import SimulationLogger
+    from epto.transports.virtual import (  # type: ignore[import-not-found]
+        SimulationSpec,
+        run_simulation,
+    )
+
+    spec = SimulationSpec(processes=processes, events=events, rounds=max(10, events // 25))
+    started = time.perf_counter()
+    with SimulationLogger(root, flush_every=256) as logger:
+        result = run_simulation(spec, observers=[logger])
+    elapsed = time.perf_counter() - started
+    print(
+        f"simulate: {processes} processes, {events} events, {result.deliveries} deliveries "
+        f"in {elapsed:.1f} s (wall, logging included)"
+    )
+    return elapsed
+
+
+def tile(src: Path, dst: Path, tiles: int) -> int:
+    """Write ``tiles`` shifted copies of every node's log; returns records written."""
+    from epto.log import DeliveryLogWriter, list_nodes, read_broadcasts, read_log
+    from epto.log import write_broadcasts as write_manifest
+
+    logs = {n: list(read_log(src / str(n))) for n in list_nodes(src)}
+    records = [r for rs in logs.values() for r in rs]
+    seq_span = max(r.seq for r in records) + 1
+    ts_span = max(r.ts for r in records) + 1
+    t0 = min(r.delivered_at for r in records)
+    time_span = max(r.delivered_at for r in records) - t0 + 1_000_000
+    written = 0
+    started = time.perf_counter()
+    for node, rs in logs.items():
+        with DeliveryLogWriter(dst, node, flush_every=256) as w:
+            for k in range(tiles):
+                dt = k * time_span
+                for r in rs:
+                    w.append_fields(
+                        source=r.source,
+                        seq=r.seq + k * seq_span,
+                        ts=r.ts + k * ts_span,
+                        payload=r.payload,
+                        delivered_at=r.delivered_at + dt,
+                        broadcast_at=None if r.broadcast_at is None else r.broadcast_at + dt,
+                        out_of_order=r.tag.value == "out-of-order",
+                    )
+            written += w.next_index
+    elapsed = time.perf_counter() - started
+    manifest = read_broadcasts(src) or {}
+    write_manifest(
+        dst,
+        (
+            (s, q + k * seq_span, None if at is None else at + k * time_span)
+            for k in range(tiles)
+            for (s, q), at in manifest.items()
+        ),
+    )
+    size = sum(p.stat().st_size for p in dst.rglob("*.seg"))
+    print(
+        f"log writer: {written} records ({size / 2**20:.0f} MiB) in {elapsed:.1f} s = "
+        f"{written / elapsed:,.0f} records/s (flush every 256, fsync on segment close)"
+    )
+    return written
+
+
+def run(args: argparse.Namespace) -> int:
+    import epto.spark
+    from epto.log import check_logs
+    from epto.spark import analyze
+
+    work = args.dir or Path(tempfile.mkdtemp(prefix="epto-bench-spark-"))
+    sim, big = work / "sim", work / "large"
+    for d in (sim, big):
+        shutil.rmtree(d, ignore_errors=True)
+    try:
+        simulate(sim, args.processes, args.events)
+        started = time.perf_counter()
+        summary, _ = check_logs(sim)
+        print(
+            f"epto check (Python) on the simulator's log: {summary['deliveries']} records in "
+            f"{time.perf_counter() - started:.1f} s, safety {'ok' if summary['ok'] else 'VIOLATED'}"
+        )
+        records = tile(sim, big, args.tiles)
+
+        spark = epto.spark.session(args.master, app_name="epto-bench")
+        spark.sparkContext.setLogLevel("ERROR")
+        from pyspark.sql import functions as F
+
+        for label, root, n in (("simulator log", sim, None), ("large log", big, records)):
+            started = time.perf_counter()
+            row = (
+                spark.read.format("epto")
+                .load(str(root))
+                .agg(F.count("*").alias("n"), F.sum(F.length("payload")).alias("bytes"))
+                .first()
+            )
+            elapsed = time.perf_counter() - started
+            assert n is None or row["n"] == n
+            print(
+                f"spark batch read ({label}): {row['n']} records, {row['bytes']} payload bytes "
+                f"in {elapsed:.1f} s = {row['n'] / elapsed:,.0f} records/s "
+                f"({spark.sparkContext.master})"
+            )
+        if not args.skip_analyze:
+            for label, root in (("simulator log", sim), ("large log", big)):
+                result = analyze(root, spark=spark)
+                print(
+                    f"epto analyze ({label}): {result['deliveries']} deliveries of "
+                    f"{result['events']} events in {result['seconds']:.1f} s; safety "
+                    f"{'ok' if result['ok'] else 'VIOLATED'}, holes {result['holes']['total']}, "
+                    f"edges to the driver {result['order']['edges_to_driver']}"
+                )
+        spark.stop()
+    finally:
+        if not args.keep and args.dir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0

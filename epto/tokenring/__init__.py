@@ -1,0 +1,26 @@
+"""Token-ring total order for small groups: a moving sequencer with a
+two-level membership (core members hold the token, suspected members become
+external and keep receiving), view changes agreed by consensus.
+
+See docs/token-ring.md.
+"""
+
+from ._config import AUTO_TOKEN_RING_MAX_GROUP as AUTO_TOKEN_RING_MAX_GROUP
+from ._config import TokenRingConfig as TokenRingConfig
+from ._config import choose_mode as choose_mode
+from ._membership import Role as Role
+from ._messages import RingConfig as RingConfig
+from ._messages import TokenState as TokenState
+from ._process import TokenRingProcess as TokenRingProcess
+from ._process import TokenRingStatistics as TokenRingStatistics
+
+__all__ = [
+    "AUTO_TOKEN_RING_MAX_GROUP",
+    "RingConfig",
+    "Role",
+    "TokenRingConfig",
+    "TokenRingProcess",
+    "TokenRingStatistics",
+    "TokenState",
+    "choose_mode",
+]

@@ -1,0 +1,170 @@
+"""Two-level membership: the role table, the failure detector, and what
+change a process wants next.
+
+Roles and their transitions live in one table, :data:`TRANSITIONS`, in the
+manner of h11's state module: (role, input) -> next role; any pair missing
+from the table is a local protocol error. docs/token-ring.md draws its state
+diagram from this table (:func:`mermaid_diagram`), and a test checks that the
+page shows what the code does.
+
+Inputs come from installing a configuration decided by consensus (the
+process is in the core, in the external set, or not in the view) and from two
+local discoveries that force a process out: its delivered prefix diverges from
+the group's order, or the messages it missed are no longer kept by anyone.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+
+import attrs
+
+from .._errors import LocalProtocolError
+from .._event import ProcessId
+from ._config import TokenRingConfig
+from ._messages import RingConfig
+
+
+class Role(enum.Enum):
+    JOINING = "joining"
+    """A new identity asking to enter the view."""
+    CORE = "core"
+    """In the token list: sequences messages when it holds the token."""
+    EXTERNAL = "external"
+    """In the view but not in the token list: receives and sends every
+    broadcast, learns the order from notices, fetches what it missed."""
+    EXCLUDED = "excluded"
+    """Out of the view for good (program-controlled crash): the application
+    must start a new process with a new identity to rejoin."""
+
+
+class Input(enum.Enum):
+    INSTALL_CORE = "install: in the token list"
+    INSTALL_EXTERNAL = "install: external member"
+    INSTALL_NOT_MEMBER = "install: not in the view"
+    DIVERGED = "delivered prefix diverges"
+    TOO_FAR_BEHIND = "missed messages no longer kept"
+
+
+TRANSITIONS: dict[tuple[Role, Input], Role] = {
+    (Role.JOINING, Input.INSTALL_CORE): Role.CORE,
+    (Role.JOINING, Input.INSTALL_EXTERNAL): Role.EXTERNAL,
+    (Role.JOINING, Input.INSTALL_NOT_MEMBER): Role.JOINING,
+    (Role.CORE, Input.INSTALL_CORE): Role.CORE,
+    (Role.CORE, Input.INSTALL_EXTERNAL): Role.EXTERNAL,
+    (Role.CORE, Input.INSTALL_NOT_MEMBER): Role.EXCLUDED,
+    (Role.CORE, Input.DIVERGED): Role.EXCLUDED,
+    (Role.CORE, Input.TOO_FAR_BEHIND): Role.EXCLUDED,
+    (Role.EXTERNAL, Input.INSTALL_CORE): Role.CORE,
+    (Role.EXTERNAL, Input.INSTALL_EXTERNAL): Role.EXTERNAL,
+    (Role.EXTERNAL, Input.INSTALL_NOT_MEMBER): Role.EXCLUDED,
+    (Role.EXTERNAL, Input.DIVERGED): Role.EXCLUDED,
+    (Role.EXTERNAL, Input.TOO_FAR_BEHIND): Role.EXCLUDED,
+}
+
+
+def transition(role: Role, event: Input) -> Role:
+    try:
+        return TRANSITIONS[(role, event)]
+    except KeyError:
+        raise LocalProtocolError(f"no transition from {role.value} on {event.value!r}") from None
+
+
+def install_input(config: RingConfig, me: ProcessId) -> Input:
+    if me in config.core:
+        return Input.INSTALL_CORE
+    if me in config.members:
+        return Input.INSTALL_EXTERNAL
+    return Input.INSTALL_NOT_MEMBER
+
+
+def mermaid_diagram() -> str:
+    """The role state diagram, drawn from :data:`TRANSITIONS` (self-loops omitted)."""
+    lines = ["stateDiagram-v2", "    [*] --> core: bootstrap member", "    [*] --> joining"]
+    for (src, event), dst in TRANSITIONS.items():
+        if src is dst:
+            continue
+        lines.append(f"    {src.value} --> {dst.value}: {event.value}")
+    lines.append("    excluded --> [*]")
+    return "\n".join(lines)
+
+
+class FailureDetector:
+    """Heartbeat-based: every message from a process counts as a sign of life."""
+
+    def __init__(self) -> None:
+        self._last: dict[ProcessId, float] = {}
+        self._since: dict[ProcessId, float] = {}
+        self.reported_instance: dict[ProcessId, int] = {}
+
+    def heard(self, pid: ProcessId, now: float, gap: float) -> None:
+        last = self._last.get(pid)
+        if last is None or now - last > gap:
+            self._since[pid] = now
+        self._last[pid] = now
+
+    def grace(self, pids: Iterable[ProcessId], now: float) -> None:
+        """Start counting silence from ``now`` for processes never heard."""
+        for pid in pids:
+            self._last.setdefault(pid, now)
+            self._since.setdefault(pid, now)
+
+    def silent_for(self, pid: ProcessId, now: float) -> float:
+        return now - self._last.get(pid, now)
+
+    def alive_for(self, pid: ProcessId, now: float, gap: float) -> float:
+        """How long ``pid`` has been heard without a gap longer than ``gap``."""
+        if self.silent_for(pid, now) > gap:
+            return 0.0
+        return now - self._since.get(pid, now)
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class Wanted:
+    """The change a process would propose now."""
+
+    demote: frozenset[ProcessId]
+    promote: frozenset[ProcessId]
+    exclude: frozenset[ProcessId]
+    joiners: frozenset[ProcessId]
+    token_lost: bool
+
+    @property
+    def full(self) -> bool:
+        return bool(self.exclude or self.joiners)
+
+    def __bool__(self) -> bool:
+        return bool(self.demote or self.promote or self.exclude or self.joiners or self.token_lost)
+
+
+def wanted_change(
+    config: RingConfig,
+    me: ProcessId,
+    fd: FailureDetector,
+    cfg: TokenRingConfig,
+    now: float,
+    *,
+    joiners: Iterable[ProcessId],
+    token_lost: bool,
+) -> Wanted:
+    others = [p for p in config.members if p != me]
+    exclude = frozenset(p for p in others if fd.silent_for(p, now) > cfg.exclude_timeout)
+    demote = frozenset(
+        p for p in config.core if p != me and fd.silent_for(p, now) > cfg.suspect_timeout
+    )
+    promote = frozenset(
+        p
+        for p in config.external
+        if p != me
+        and p not in exclude
+        and fd.reported_instance.get(p) == config.instance
+        and fd.alive_for(p, now, cfg.suspect_timeout) >= cfg.readmit_after
+    )
+    return Wanted(
+        demote=demote - exclude,
+        promote=promote,
+        exclude=exclude,
+        joiners=frozenset(j for j in joiners if j not in config.members),
+        token_lost=token_lost,
+    )

@@ -1,0 +1,591 @@
+"""A token-ring process: a moving sequencer over reliable FIFO links, with a
+two-level membership (seed 004), sans-IO.
+
+Inputs take ``now`` and return nothing but an event id (:meth:`broadcast`);
+outputs are pulled (:meth:`messages_to_send`, :meth:`next_delivery`,
+:meth:`get_timer`). Links must be reliable and FIFO while they are up (TCP);
+a broken link may lose what was in flight, which the protocol repairs
+(fetches, retransmission of unsequenced messages, token regeneration).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import attrs
+
+from .._errors import LocalProtocolError
+from .._event import Delivery, Event, EventId, ProcessId
+from . import _change
+from . import _sequencer as seqr
+from ._config import TokenRingConfig
+from ._consensus import Acceptor, Proposer
+from ._membership import FailureDetector, Input, Role, transition
+from ._messages import (
+    Accept,
+    Accepted,
+    Catchup,
+    ConfigRequest,
+    Data,
+    Decided,
+    Fetch,
+    Heartbeat,
+    Join,
+    Message,
+    Nack,
+    Order,
+    Prepare,
+    Promise,
+    RingConfig,
+    Token,
+    TokenAck,
+    TokenState,
+)
+from ._viewchange import bootstrap
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class TokenRingStatistics:
+    role: str
+    instance: int
+    view: int
+    core: tuple[ProcessId, ...]
+    members: tuple[ProcessId, ...]
+    broadcasts: int
+    delivered: int
+    next_deliver: int
+    stable: int
+    tokens_accepted: int
+    light_changes: int
+    full_changes: int
+    proposals: int
+    fetches: int
+    messages_sent: int
+    messages_received: int
+
+
+class TokenRingProcess:
+    """One member of a token-ring group.
+
+    Bootstrap members all pass the same ``members``; a new identity passes
+    ``contacts`` instead and joins by a view change. ``excluded`` becomes True
+    when the process is out of the view for good: start a new process with a
+    new identity to rejoin.
+    """
+
+    def __init__(
+        self,
+        pid: ProcessId,
+        config: TokenRingConfig,
+        *,
+        rng: random.Random,
+        now: float,
+        members: Sequence[ProcessId] | None = None,
+        contacts: Sequence[ProcessId] = (),
+    ) -> None:
+        if not isinstance(pid, int) or not 0 <= pid < 2**64:
+            raise LocalProtocolError(f"process id must be an integer in [0, 2**64), got {pid!r}")
+        self.pid = pid
+        self.cfg = config
+        self._rng = rng
+        self._fd = FailureDetector()
+        self._book = seqr.OrderBook(log_retention=config.log_retention)
+        self._outbox: list[tuple[ProcessId, Message]] = []
+        self._deliveries: deque[Delivery] = deque()
+        self._next_seq = 0
+        self._own: dict[int, tuple[Event, float]] = {}
+        self._joiners: dict[ProcessId, float] = {}
+        self._contacts = tuple(contacts)
+        self._token: TokenState | None = None
+        self._pending: tuple[ProcessId, TokenState] | None = None
+        self._passed: tuple[ProcessId, TokenState, float] | None = None
+        self._accepted_hop = -1
+        """Hop of the last token of the current configuration accepted here."""
+        self._pass_at = math.inf
+        self._token_seen = now
+        self._fetch_since: float | None = None
+        self._fetch_sent = -math.inf
+        self._hb_at = now
+        self._join_at = now
+        self._round = 0
+        self._proposer: Proposer | None = None
+        self._change_at = math.inf
+        self._proposal_full = False
+        self._fenced_since: float | None = None
+        self._want_since: float | None = None
+        self._replied: dict[ProcessId, float] = {}
+        self._order_from: ProcessId | None = None
+        self._too_old: set[ProcessId] = set()
+        self._counts = dict.fromkeys(
+            (
+                "broadcasts",
+                "tokens",
+                "light",
+                "full",
+                "proposals",
+                "fetches",
+                "sent",
+                "received",
+            ),
+            0,
+        )
+        if members is not None:
+            if pid not in members:
+                raise LocalProtocolError("a bootstrap member must be in members")
+            self.config = bootstrap(tuple(members))
+            self.role = Role.CORE
+            self._fd.grace(members, now)
+            self._snap = self.config.state
+            self._acceptor = Acceptor(0)
+            if self.config.core[0] == pid:
+                self._pending = (pid, self._snap)
+                self._try_accept(now)
+        else:
+            if not contacts:
+                raise LocalProtocolError("a joining process needs contacts")
+            self.config = bootstrap((pid,))
+            self.config = attrs.evolve(self.config, instance=-1, members=(), core=())
+            self.role = Role.JOINING
+            self._snap = self.config.state
+            self._acceptor = Acceptor(-1)
+
+    # -- inputs -------------------------------------------------------------
+
+    @property
+    def excluded(self) -> bool:
+        return self.role is Role.EXCLUDED
+
+    def broadcast(self, payload: bytes, now: float) -> EventId:
+        """Broadcast ``payload`` to the group; it is delivered in the total order."""
+        if self.role not in (Role.CORE, Role.EXTERNAL):
+            raise LocalProtocolError(f"cannot broadcast while {self.role.value}")
+        if not isinstance(payload, bytes | bytearray | memoryview):
+            raise LocalProtocolError(f"payload must be bytes, got {type(payload).__name__}")
+        seq = self._next_seq
+        self._next_seq += 1
+        event = Event(source=self.pid, seq=seq, ts=0, payload=bytes(payload))
+        self._own[seq] = (event, now)
+        self._book.add_event(event)
+        self._send_all(Data(event=event))
+        self._counts["broadcasts"] += 1
+        self._hurry_token(now)
+        return event.id
+
+    def receive(self, sender: ProcessId, message: Message, now: float) -> None:
+        """Feed a message that arrived from ``sender``."""
+        if self.role is Role.EXCLUDED:
+            return
+        self._counts["received"] += 1
+        self._fd.heard(sender, now, self.cfg.suspect_timeout)
+        handler = _HANDLERS.get(type(message))
+        if handler is None:
+            return
+        handler(self, sender, message, now)
+        self._deliver(now)
+
+    def handle_timer(self, now: float) -> None:
+        if self.role is Role.EXCLUDED:
+            return
+        if self.role is Role.JOINING:
+            if now >= self._join_at:
+                for contact in self._contacts:
+                    self._send(contact, Join())
+                self._join_at = now + self.cfg.change_timeout
+            return
+        if now >= self._hb_at:
+            hb = Heartbeat(instance=self.config.instance, delivered=self._book.next_deliver)
+            self._send_all(hb)
+            self._hb_at = now + self.cfg.heartbeat_interval
+            self._resend_own(now)
+        if self._token is not None and now >= self._pass_at:
+            self._pass_token(now)
+        passed = self._passed
+        if passed is not None and now >= passed[2] + self._resend_period():
+            # No acknowledgement: the link may have broken with the token in
+            # flight. Send the same token again, to the same member.
+            self._send(passed[0], Token(state=passed[1]))
+            self._passed = (passed[0], passed[1], now)
+        self._check_fetch(now)
+        self._drive_change(now)
+        self._deliver(now)
+
+    # -- outputs ------------------------------------------------------------
+
+    def get_timer(self) -> float:
+        if self.role is Role.EXCLUDED:
+            return math.inf
+        if self.role is Role.JOINING:
+            return self._join_at
+        t = min(self._hb_at, self._pass_at if self._token is not None else math.inf)
+        if self._passed is not None:
+            t = min(t, self._passed[2] + self._resend_period())
+        if self._fetch_since is not None:
+            t = min(t, max(self._fetch_since, self._fetch_sent) + self.cfg.fetch_timeout)
+        if self._proposer is not None:
+            t = min(t, self._change_at)
+        return t
+
+    def messages_to_send(self) -> list[tuple[ProcessId, Message]]:
+        out = self._outbox
+        self._outbox = []
+        return out
+
+    def next_delivery(self) -> Delivery | None:
+        return self._deliveries.popleft() if self._deliveries else None
+
+    def deliveries(self) -> Iterator[Delivery]:
+        while self._deliveries:
+            yield self._deliveries.popleft()
+
+    def holds_token(self) -> bool:
+        return self._token is not None
+
+    def statistics(self) -> TokenRingStatistics:
+        c = self._counts
+        return TokenRingStatistics(
+            role=self.role.value,
+            instance=self.config.instance,
+            view=self.config.view,
+            core=self.config.core,
+            members=self.config.members,
+            broadcasts=c["broadcasts"],
+            delivered=self._book.delivered_count,
+            next_deliver=self._book.next_deliver,
+            stable=self._book.stable,
+            tokens_accepted=c["tokens"],
+            light_changes=c["light"],
+            full_changes=c["full"],
+            proposals=c["proposals"],
+            fetches=c["fetches"],
+            messages_sent=c["sent"],
+            messages_received=c["received"],
+        )
+
+    def memory_sizes(self) -> dict[str, int]:
+        sizes = self._book.sizes()
+        sizes["own_unsequenced"] = len(self._own)
+        sizes["outbox"] = len(self._outbox)
+        return sizes
+
+    # -- sending ------------------------------------------------------------
+
+    def _send(self, dest: ProcessId, message: Message) -> None:
+        self._outbox.append((dest, message))
+        self._counts["sent"] += 1
+
+    def _send_all(self, message: Message, skip: ProcessId | None = None) -> None:
+        for p in self.config.members:
+            if p != self.pid and p != skip:
+                self._send(p, message)
+
+    def _resend_period(self) -> float:
+        return max(self.cfg.fetch_timeout, self.cfg.suspect_timeout / 2)
+
+    def _k(self) -> int:
+        return self.cfg.effective_k(len(self.config.members), len(self.config.core))
+
+    # -- data and order -----------------------------------------------------
+
+    def _on_data(self, sender: ProcessId, msg: Data, now: float) -> None:
+        if not self._book.has_payload(msg.event.id):
+            self._book.add_event(msg.event)
+        if self._pending is not None:
+            self._try_accept(now)
+        self._hurry_token(now)
+
+    def _hurry_token(self, now: float) -> None:
+        if self._token is not None and len(self.config.core) == 1:
+            self._pass_at = min(self._pass_at, now + self.cfg.token_hold)
+
+    def _learn(self, state: TokenState) -> None:
+        """Take in a snapshot of the current instance's token."""
+        book = self._book
+        try:
+            book.learn(state.assignments().items(), state.stable)
+            book.check_digest(state.low, state.low_digest)
+        except seqr.Divergence:
+            self._leave(Input.DIVERGED)
+            return
+        if state.hop > self._snap.hop:
+            self._snap = state
+        passed = self._passed
+        if passed is not None and state.hop > passed[1].hop:
+            self._passed = None
+
+    def _on_order(self, sender: ProcessId, msg: Order, now: float) -> None:
+        if msg.state.instance != self.config.instance or self._fenced_since is not None:
+            return
+        if msg.state.hop > self._snap.hop:
+            self._token_seen = now
+            self._order_from = sender
+        try:
+            self._book.learn(msg.assigned, 0)
+        except seqr.Divergence:
+            self._leave(Input.DIVERGED)
+            return
+        self._learn(msg.state)
+
+    def _deliver(self, now: float) -> None:
+        if self.role not in (Role.CORE, Role.EXTERNAL):
+            return
+        try:
+            for event in self._book.deliver():
+                self._deliveries.append(Delivery(event=event))
+                if event.source == self.pid:
+                    self._own.pop(event.seq, None)
+        except seqr.Divergence:
+            self._leave(Input.DIVERGED)
+            return
+        book = self._book
+        if book.next_deliver < book.stable or self._pending is not None:
+            if self._fetch_since is None:
+                self._fetch_since = now
+        else:
+            self._fetch_since = None
+
+    def _resend_own(self, now: float) -> None:
+        """Retransmit own messages not sequenced after a while (a broken link may
+        have lost them everywhere)."""
+        for seq, (event, sent) in list(self._own.items()):
+            if self._snap.already_sequenced(event.id):
+                continue
+            if now - sent >= self.cfg.token_timeout:
+                self._send_all(Data(event=event))
+                self._own[seq] = (event, now)
+
+    # -- fetching -----------------------------------------------------------
+
+    def _check_fetch(self, now: float) -> None:
+        if self._fetch_since is None:
+            return
+        if now < max(self._fetch_since, self._fetch_sent) + self.cfg.fetch_timeout:
+            return
+        self._fetch_sent = now
+        book = self._book
+        end = book.stable
+        target = self._order_from
+        if self._pending is not None:
+            end = max(end, self._pending[1].next_seq)
+            target = self._pending[0]
+        if target is None or target == self.pid:
+            others = [p for p in self.config.core if p != self.pid] or [
+                p for p in self.config.members if p != self.pid
+            ]
+            if not others:
+                return
+            target = self._rng.choice(others)
+        gaps, ids = book.missing(end)
+        if not gaps and not ids:
+            self._fetch_since = None
+            return
+        start = gaps[0] if gaps else book.next_deliver
+        self._send(target, Fetch(start=start, end=end, ids=tuple(ids[:1024])))
+        self._fetch_sent = now
+        self._counts["fetches"] += 1
+        self._order_from = None
+
+    def _on_fetch(self, sender: ProcessId, msg: Fetch, now: float) -> None:
+        book = self._book
+        end = min(msg.end, msg.start + 4096)
+        entries = tuple(book.entries(msg.start, end))
+        events = tuple(e for e in (book.payload(i) for i in msg.ids) if e is not None)
+        self._send(
+            sender,
+            Catchup(entries=entries, events=events, stable=book.stable, oldest=book.log_start),
+        )
+
+    def _on_catchup(self, sender: ProcessId, msg: Catchup, now: float) -> None:
+        book = self._book
+        if book.next_deliver < msg.oldest and not any(
+            s == book.next_deliver for s, _ in msg.entries
+        ):
+            # The sender no longer keeps what we miss (or never had it: it
+            # joined later). Once a majority of the view says so, nobody will
+            # serve it: leave, and rejoin under a new identity.
+            self._too_old.add(sender)
+            if len(self._too_old) > len(self.config.members) // 2:
+                self._leave(Input.TOO_FAR_BEHIND)
+                return
+        for event in msg.events:
+            book.add_event(event)
+        try:
+            for seq, event in msg.entries:
+                book.learn([(seq, event.id)], 0)
+                book.add_event(attrs.evolve(event, ts=0))
+            delivered_end = max((s + 1 for s, _ in msg.entries if s < msg.stable), default=0)
+            book.learn((), min(msg.stable, max(delivered_end, book.stable)))
+        except seqr.Divergence:
+            self._leave(Input.DIVERGED)
+            return
+        if self._pending is not None:
+            self._try_accept(now)
+
+    # -- the token ----------------------------------------------------------
+
+    def _on_token(self, sender: ProcessId, msg: Token, now: float) -> None:
+        state = msg.state
+        if state.instance > self.config.instance:
+            self._send(sender, ConfigRequest())
+            return
+        if (
+            state.instance < self.config.instance
+            or self._fenced_since is not None
+            or self.role is not Role.CORE
+        ):
+            return
+        if state.hop <= self._accepted_hop:
+            # A retransmission of a token already accepted here.
+            self._send(sender, TokenAck(instance=state.instance, hop=state.hop))
+            return
+        if self._pending is not None and self._pending[1].hop >= state.hop:
+            return
+        self._pending = (sender, state)
+        self._try_accept(now)
+
+    def _on_token_ack(self, sender: ProcessId, msg: TokenAck, now: float) -> None:
+        passed = self._passed
+        if (
+            passed is not None
+            and passed[0] == sender
+            and msg.instance == passed[1].instance
+            and msg.hop >= passed[1].hop
+        ):
+            self._passed = None
+
+    def _try_accept(self, now: float) -> None:
+        assert self._pending is not None
+        sender, state = self._pending
+        self._learn(state)
+        if self.role is not Role.CORE or not self._book.holds_through(state.next_seq):
+            if self._fetch_since is None:
+                self._fetch_since = now
+            return
+        self._pending = None
+        self._accepted_hop = state.hop
+        if sender != self.pid:
+            self._send(sender, TokenAck(instance=state.instance, hop=state.hop))
+        accepted = seqr.accept(state, self.pid, self.config.core, self._k())
+        self._counts["tokens"] += 1
+        self._token_seen = now
+        self._take(accepted, state.stable)
+        self._token = accepted
+        self._pass_at = now + self.cfg.token_hold
+
+    def _take(self, state: TokenState, before: int) -> None:
+        self._learn(state)
+        if state.stable > before:
+            book = self._book
+            assigned = []
+            for seq in range(before, state.stable):
+                eid = book.assignment(seq)
+                if eid is not None:
+                    assigned.append((seq, eid))
+            self._send_all(Order(state=state, assigned=tuple(assigned)))
+
+    def _pass_token(self, now: float) -> None:
+        token = self._token
+        assert token is not None
+        pool = self._book.pool
+        for eid in [e for e in pool if token.already_sequenced(e)]:
+            del pool[eid]
+        ids = seqr.pick(token, pool, self.cfg.max_batch)
+        new = seqr.sequence(token, self.pid, ids, self.config.core, self._k())
+        self._book.learn([(token.next_seq + i, eid) for i, eid in enumerate(ids)], 0)
+        self._take(new, token.stable)
+        core = self.config.core
+        nxt = core[(core.index(self.pid) + 1) % len(core)]
+        if nxt == self.pid:
+            self._token = new
+            self._token_seen = now
+            busy = bool(self._book.pool)
+            self._pass_at = now + (self.cfg.token_hold if busy else self.cfg.heartbeat_interval)
+            return
+        self._token = None
+        self._send(nxt, Token(state=new))
+        self._passed = (nxt, new, now)
+
+    # -- membership: heartbeats, joins, configuration sync ------------------
+
+    def _on_heartbeat(self, sender: ProcessId, msg: Heartbeat, now: float) -> None:
+        self._fd.reported_instance[sender] = msg.instance
+        if msg.instance > self.config.instance:
+            self._rate_limited(sender, ConfigRequest(), now)
+        elif msg.instance < self.config.instance:
+            self._rate_limited(sender, Decided(config=self.config), now)
+
+    def _rate_limited(self, dest: ProcessId, message: Message, now: float) -> None:
+        if now - self._replied.get(dest, -math.inf) >= self.cfg.fetch_timeout:
+            self._replied[dest] = now
+            self._send(dest, message)
+
+    def _on_config_request(self, sender: ProcessId, msg: ConfigRequest, now: float) -> None:
+        if self.role in (Role.CORE, Role.EXTERNAL):
+            self._send(sender, Decided(config=self.config))
+
+    def _on_join(self, sender: ProcessId, msg: Join, now: float) -> None:
+        if self.role in (Role.CORE, Role.EXTERNAL) and sender not in self.config.members:
+            self._joiners.setdefault(sender, now)
+
+    def _on_decided(self, sender: ProcessId, msg: Decided, now: float) -> None:
+        self._install(msg.config, now)
+
+    def _leave(self, why: Input) -> None:
+        self.role = transition(self.role, why)
+        self._token = None
+        self._pending = None
+        self._passed = None
+        self._proposer = None
+
+    def _to(self, dest: ProcessId, message: Message, now: float) -> None:
+        """Send, or handle at once when ``dest`` is this process."""
+        if dest == self.pid:
+            handler = _HANDLERS[type(message)]
+            handler(self, dest, message, now)
+        else:
+            self._send(dest, message)
+
+    # -- view changes (the logic lives in _change.py) ------------------------
+
+    def _drive_change(self, now: float) -> None:
+        _change.drive_change(self, now)
+
+    def _install(self, config: RingConfig, now: float) -> None:
+        _change.install(self, config, now)
+
+    def _on_prepare(self, sender: ProcessId, msg: Prepare, now: float) -> None:
+        _change.on_prepare(self, sender, msg, now)
+
+    def _on_promise(self, sender: ProcessId, msg: Promise, now: float) -> None:
+        _change.on_promise(self, sender, msg, now)
+
+    def _on_accept(self, sender: ProcessId, msg: Accept, now: float) -> None:
+        _change.on_accept(self, sender, msg, now)
+
+    def _on_accepted(self, sender: ProcessId, msg: Accepted, now: float) -> None:
+        _change.on_accepted(self, sender, msg, now)
+
+    def _on_nack(self, sender: ProcessId, msg: Nack, now: float) -> None:
+        _change.on_nack(self, sender, msg, now)
+
+
+_HANDLERS: dict[type, Callable[[TokenRingProcess, ProcessId, Any, float], None]] = {
+    Data: TokenRingProcess._on_data,
+    Token: TokenRingProcess._on_token,
+    TokenAck: TokenRingProcess._on_token_ack,
+    Order: TokenRingProcess._on_order,
+    Heartbeat: TokenRingProcess._on_heartbeat,
+    Fetch: TokenRingProcess._on_fetch,
+    Catchup: TokenRingProcess._on_catchup,
+    Join: TokenRingProcess._on_join,
+    ConfigRequest: TokenRingProcess._on_config_request,
+    Decided: TokenRingProcess._on_decided,
+    Prepare: TokenRingProcess._on_prepare,
+    Promise: TokenRingProcess._on_promise,
+    Accept: TokenRingProcess._on_accept,
+    Accepted: TokenRingProcess._on_accepted,
+    Nack: TokenRingProcess._on_nack,
+}

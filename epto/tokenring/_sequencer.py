@@ -1,0 +1,309 @@
+"""The moving sequencer: what a process knows of the total order, and the
+token's own arithmetic.
+
+``OrderBook`` keeps, for one process, the payloads it received, the sequence
+numbers it learned (from tokens, order notices and decided configurations),
+the stability watermark, and the log of what it delivered. Its one rule: a
+message is delivered when every lower sequence number has been delivered,
+its own number is below the stability watermark, and its payload is here.
+
+The token functions (:func:`accept`, :func:`sequence`) are pure: they take a
+:class:`TokenState` and return the next one, with ``hop`` increased, so that
+the states of one token form a chain ordered by ``hop``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator
+
+import attrs
+
+from .._event import Event, EventId, ProcessId
+from .._intervals import SeqIntervals
+from ._messages import Batch, TokenState
+
+
+def chain(digest: int, eid: EventId) -> int:
+    """Extend the order digest by one assignment."""
+    data = b"%d:%d:%d" % (digest, eid[0], eid[1])
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
+
+
+def accept(state: TokenState, me: ProcessId, core: Iterable[ProcessId], k: int) -> TokenState:
+    """``me`` accepts the token: it holds every message sequenced so far.
+
+    Adds ``me`` to the holders of every batch, advances ``stable`` over the
+    batches held by ``k`` core members, and drops the batches every core
+    member holds and that are stable (their assignments are known to all core
+    members: ``low`` moves past them).
+    """
+    core_set = frozenset(core)
+    batches = [attrs.evolve(b, holders=b.holders | {me}) for b in state.batches]
+    return _settle(state, batches, core_set, k, hop=state.hop + 1)
+
+
+def pick(state: TokenState, pool: Iterable[EventId], limit: int) -> list[EventId]:
+    """The ids of ``pool`` (in arrival order) to sequence next.
+
+    Every source's messages are sequenced in the order of their ``seq``, with
+    no gap: the token's per-source counters make a message that was sequenced
+    once impossible to sequence again, by any holder, in any later view.
+    """
+    expected = dict(state.sources)
+    out: list[EventId] = []
+    for source, seq in pool:
+        if seq == expected.get(source, 0):
+            out.append((source, seq))
+            expected[source] = seq + 1
+            if len(out) >= limit:
+                break
+    return out
+
+
+def sequence(
+    state: TokenState,
+    me: ProcessId,
+    ids: list[EventId],
+    core: Iterable[ProcessId],
+    k: int,
+) -> TokenState:
+    """Assign the next sequence numbers to ``ids`` (held by ``me``, chosen by :func:`pick`)."""
+    batches = list(state.batches)
+    sources = dict(state.sources)
+    if ids:
+        batches.append(Batch(first=state.next_seq, ids=tuple(ids), holders=frozenset({me})))
+        for source, seq in ids:
+            sources[source] = seq + 1
+    new = attrs.evolve(
+        state, next_seq=state.next_seq + len(ids), sources=tuple(sorted(sources.items()))
+    )
+    return _settle(new, batches, frozenset(core), k, hop=state.hop + 1)
+
+
+def _settle(
+    state: TokenState, batches: list[Batch], core: frozenset[ProcessId], k: int, *, hop: int
+) -> TokenState:
+    stable = state.stable
+    for b in batches:
+        if len(b.holders & core) < k:
+            break
+        stable = max(stable, b.end)
+    low = state.low
+    digest = state.low_digest
+    while batches and batches[0].end <= stable and core <= batches[0].holders:
+        low = batches[0].end
+        for eid in batches[0].ids:
+            digest = chain(digest, eid)
+        batches.pop(0)
+    return attrs.evolve(
+        state, hop=hop, stable=stable, low=low, low_digest=digest, batches=tuple(batches)
+    )
+
+
+def relabel(state: TokenState, instance: int, core: Iterable[ProcessId], k: int) -> TokenState:
+    """The decided state of a light change: the token restarts at hop 0 of the
+    new instance with the same assignments."""
+    start = attrs.evolve(state, instance=instance, hop=-1)
+    return _settle(start, list(state.batches), frozenset(core), k, hop=0)
+
+
+class Divergence(Exception):
+    """This process delivered a message that the group's order does not contain
+    at that position: it must leave the view and rejoin under a new identity."""
+
+
+class OrderBook:
+    """Payloads, assignments, stability and the delivery log of one process."""
+
+    def __init__(self, *, log_retention: int, start: int = 0) -> None:
+        self.pool: dict[EventId, Event] = {}
+        """Payloads received and not yet sequenced, in arrival order."""
+        self._held: dict[EventId, Event] = {}
+        self._assign: dict[int, EventId] = {}
+        self._where: dict[EventId, int] = {}
+        self._delivered_ids = SeqIntervals()
+        self.log: dict[int, Event] = {}
+        self.log_start = start
+        self.next_deliver = start
+        self.stable = start
+        self._retention = log_retention
+        self.delivered_count = 0
+        self.digest = 0
+        """Digest of the delivered order (every assignment below ``next_deliver``)."""
+        self._digests: dict[int, int] = {start: 0}
+        self._checks: dict[int, int] = {}
+        self.digest_known = True
+
+    # -- payloads ------------------------------------------------------------
+
+    def add_event(self, event: Event) -> bool:
+        """Keep a received payload; False if it is a duplicate."""
+        eid = event.id
+        if eid in self._delivered_ids or eid in self._held or eid in self.pool:
+            return False
+        if eid in self._where:
+            self._held[eid] = event
+        else:
+            self.pool[eid] = event
+        return True
+
+    def has_payload(self, eid: EventId) -> bool:
+        return eid in self._held or eid in self.pool or eid in self._delivered_ids
+
+    def payload(self, eid: EventId) -> Event | None:
+        return self._held.get(eid) or self.pool.get(eid)
+
+    # -- assignments ---------------------------------------------------------
+
+    def learn(self, assignments: Iterable[tuple[int, EventId]], stable: int) -> None:
+        """Record ``seq -> event id`` assignments and raise the stability watermark.
+
+        Raises :class:`Divergence` if a delivered position holds another event.
+        """
+        for seq, eid in assignments:
+            self._assign_one(seq, eid)
+        if stable > self.stable:
+            self.stable = stable
+
+    def _assign_one(self, seq: int, eid: EventId) -> None:
+        if seq < self.next_deliver:
+            logged = self.log.get(seq)
+            if logged is not None and logged.id != eid:
+                raise Divergence(f"delivered {logged.id} at {seq}, the group has {eid}")
+            return
+        if eid in self._delivered_ids:
+            raise Divergence(f"{eid} delivered before, the group sequences it at {seq}")
+        old = self._assign.get(seq)
+        if old == eid:
+            return
+        if old is not None:
+            self._unassign(seq)
+        other = self._where.get(eid)
+        if other is not None:
+            self._unassign(other)
+        self._assign[seq] = eid
+        self._where[eid] = seq
+        event = self.pool.pop(eid, None)
+        if event is not None:
+            self._held[eid] = event
+
+    def _unassign(self, seq: int) -> None:
+        eid = self._assign.pop(seq)
+        del self._where[eid]
+        event = self._held.pop(eid, None)
+        if event is not None:
+            self.pool[eid] = event
+
+    def truncate(self, next_seq: int) -> None:
+        """Forget assignments at or above ``next_seq`` (a decided configuration
+        did not keep them; they were never delivered)."""
+        for seq in [s for s in self._assign if s >= next_seq]:
+            self._unassign(seq)
+
+    def is_sequenced(self, eid: EventId) -> bool:
+        return eid in self._where or eid in self._delivered_ids
+
+    def assignment(self, seq: int) -> EventId | None:
+        if seq < self.next_deliver:
+            event = self.log.get(seq)
+            return None if event is None else event.id
+        return self._assign.get(seq)
+
+    def missing(self, end: int) -> tuple[list[int], list[EventId]]:
+        """Sequence numbers below ``end`` whose assignment is unknown, and
+        assigned ids whose payload is missing."""
+        no_assignment: list[int] = []
+        no_payload: list[EventId] = []
+        for seq in range(self.next_deliver, end):
+            eid = self._assign.get(seq)
+            if eid is None:
+                no_assignment.append(seq)
+            elif eid not in self._held:
+                no_payload.append(eid)
+        return no_assignment, no_payload
+
+    def holds_through(self, end: int) -> bool:
+        """Whether every message sequenced below ``end`` is here (token acceptance rule)."""
+        held = self._held
+        assign = self._assign
+        for seq in range(self.next_deliver, end):
+            eid = assign.get(seq)
+            if eid is None or eid not in held:
+                return False
+        return True
+
+    def entries(self, start: int, end: int) -> list[tuple[int, Event]]:
+        """``(seq, event)`` for the positions in ``[start, end)`` held here (log or pending)."""
+        out: list[tuple[int, Event]] = []
+        for seq in range(max(start, self.log_start), end):
+            event = self.log.get(seq)
+            if event is None:
+                eid = self._assign.get(seq)
+                event = None if eid is None else self._held.get(eid)
+            if event is not None:
+                out.append((seq, event))
+        return out
+
+    # -- delivery ------------------------------------------------------------
+
+    def deliver(self) -> Iterator[Event]:
+        """Yield the events that became deliverable, stamped with their sequence
+        number as ``ts``; each one is logged."""
+        while self.next_deliver < self.stable:
+            seq = self.next_deliver
+            eid = self._assign.get(seq)
+            if eid is None:
+                return
+            event = self._held.pop(eid, None)
+            if event is None:
+                return
+            del self._assign[seq]
+            del self._where[eid]
+            stamped = attrs.evolve(event, ts=seq)
+            self._delivered_ids.add(*eid)
+            self.log[seq] = stamped
+            self.next_deliver = seq + 1
+            self.delivered_count += 1
+            self.digest = chain(self.digest, eid)
+            self._digests[seq + 1] = self.digest
+            expected = self._checks.pop(seq + 1, None)
+            if expected is not None and self.digest_known and expected != self.digest:
+                raise Divergence(f"order digest differs at {seq + 1}")
+            while self.next_deliver - self.log_start > self._retention:
+                self.log.pop(self.log_start, None)
+                self._digests.pop(self.log_start, None)
+                self.log_start += 1
+            yield stamped
+
+    def check_digest(self, low: int, digest: int) -> None:
+        """Compare the group's digest of the order below ``low`` with ours, now
+        or once we have delivered that far. Raises :class:`Divergence`."""
+        if not self.digest_known:
+            return
+        if low <= self.next_deliver:
+            mine = self._digests.get(low)
+            if mine is not None and mine != digest:
+                raise Divergence(f"order digest differs at {low}")
+        else:
+            self._checks[low] = digest
+
+    def skip_to(self, start: int, digest: int) -> None:
+        """Start delivering at ``start`` (a process that joins delivers what is
+        sequenced after it entered the view); ``digest`` covers the order before."""
+        if start > self.next_deliver:
+            for seq in [s for s in self._assign if s < start]:
+                self._unassign(seq)
+            self.next_deliver = start
+            self.log_start = start
+            self.stable = max(self.stable, start)
+            self.digest = digest
+            self._digests = {start: digest}
+
+    def sizes(self) -> dict[str, int]:
+        return {
+            "pool": len(self.pool),
+            "held": len(self._held),
+            "assignments": len(self._assign),
+            "log": len(self.log),
+        }

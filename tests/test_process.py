@@ -1,0 +1,286 @@
+"""EpTO's dissemination component (EpTO paper, Algorithm 1) as the Process
+runs it, pinned on small cases and checked against a transcription."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from epto import Config, Event, EventId, FullView, LayeredBall, Process
+
+BallFactory = Callable[[dict[EventId, tuple[Event, int]]], Mapping[EventId, tuple[Event, int]]]
+
+
+@pytest.fixture(params=[dict, LayeredBall], ids=["dict", "layered"])
+def make_ball(request: pytest.FixtureRequest) -> BallFactory:
+    factory: BallFactory = request.param
+    return factory
+
+
+def ev(source: int, seq: int, ts: int) -> Event:
+    return Event(source=source, seq=seq, ts=ts, payload=b"p")
+
+
+def make_process(ttl: int = 3, fanout: int = 2, n: int = 5, **kw: object) -> Process:
+    config = Config(fanout=fanout, ttl=ttl, round_interval=1.0, **kw)  # type: ignore[arg-type]
+    return Process(0, config, peers=FullView(0, range(n)), rng=random.Random(7), now=0.0)
+
+
+def sent(proc: Process, now: float) -> tuple[list[int], dict[EventId, tuple[Event, int]]]:
+    """Run the round due at ``now``; destinations and the ball they got."""
+    proc.handle_timer(now)
+    out = proc.messages_to_send()
+    if not out:
+        return [], {}
+    balls = {id(ball) for _, ball in out}
+    assert len(balls) == 1, "one ball object is shared by the destinations of a round"
+    return [dest for dest, _ in out], dict(out[0][1])
+
+
+def test_broadcast_is_sent_with_ttl_one_to_k_peers() -> None:
+    p = make_process(fanout=3)
+    eid = p.broadcast(b"x", 0.5)
+    assert eid == (0, 0)
+    dests, ball = sent(p, 1.0)
+    assert len(dests) == 3 and len(set(dests)) == 3 and 0 not in dests
+    (event, ttl) = ball[eid]
+    assert ttl == 1 and event.ts == 1 and event.payload == b"x"
+    assert sent(p, 2.0) == ([], {})  # relayed once, then forgotten
+
+
+def test_ttl_merge_keeps_the_larger_ttl(make_ball: BallFactory) -> None:
+    a = ev(3, 0, 10)
+    for first, second in ((1, 2), (2, 1)):
+        p = make_process(ttl=5)
+        p.receive(3, make_ball({a.id: (a, first)}), 0.1)
+        p.receive(4, make_ball({a.id: (a, second)}), 0.2)
+        assert p.memory_sizes()["next_ball"] == 1
+        _, ball = sent(p, 1.0)
+        assert ball == {a.id: (a, 3)}
+
+
+def test_copies_at_ttl_are_not_relayed_but_move_the_clock(make_ball: BallFactory) -> None:
+    p = make_process(ttl=3)
+    old, young = ev(3, 0, 50), ev(4, 0, 20)
+    p.receive(3, make_ball({old.id: (old, 3), young.id: (young, 2)}), 0.1)
+    assert p.clock == 50
+    assert p.statistics().entries_received == 2
+    _, ball = sent(p, 1.0)
+    assert ball == {young.id: (young, 3)}  # ttl TTL-1 goes out with TTL
+    p.receive(3, make_ball({old.id: (old, 7)}), 1.1)
+    assert sent(p, 2.0) == ([], {})
+    assert p.statistics().next_ball_size == 0
+    # The next broadcast is timestamped after everything seen.
+    eid = p.broadcast(b"y", 2.5)
+    _, ball = sent(p, 3.0)
+    assert ball[eid][0].ts == 51
+
+
+def test_relay_does_not_depend_on_the_order_of_balls(make_ball: BallFactory) -> None:
+    a, b, c = ev(1, 0, 5), ev(2, 0, 6), ev(3, 0, 7)
+    balls = [
+        {a.id: (a, 1), b.id: (b, 2)},
+        {b.id: (b, 0), c.id: (c, 2), a.id: (a, 2)},
+        {c.id: (c, 1)},
+    ]
+    results = []
+    for order in ((0, 1, 2), (2, 1, 0), (1, 0, 2)):
+        p = make_process(ttl=4)
+        for i in order:
+            p.receive(9, make_ball(balls[i]), 0.5)
+        results.append(sent(p, 1.0)[1])
+    assert results[0] == {a.id: (a, 3), b.id: (b, 3), c.id: (c, 3)}
+    assert results[0] == results[1] == results[2]
+
+
+def test_events_reach_the_ordering_through_the_next_ball() -> None:
+    p = make_process(ttl=2)
+    a = ev(3, 0, 10)
+    p.receive(3, {a.id: (a, 1)}, 0.5)
+    sent(p, 1.0)  # ordering gets a with ttl 2
+    assert p.pending_events() == [(a, 2)]
+    sent(p, 2.0)  # ttl 3 > 2
+    deliveries = list(p.deliveries())
+    assert [d.event for d in deliveries] == [a]
+    assert p.last_delivered_ts == 10
+
+
+def test_own_broadcast_is_delivered_by_the_broadcaster() -> None:
+    p = make_process(ttl=2)
+    eid = p.broadcast(b"z", 0.0)
+    for t in range(1, 4):
+        sent(p, float(t))
+    assert [d.event.id for d in p.deliveries()] == [eid]
+
+
+def test_layered_ball_is_a_mapping_of_event_id_to_event_and_ttl() -> None:
+    a, b = ev(1, 0, 3), ev(2, 5, 9)
+    plain = {a.id: (a, 2), b.id: (b, 0)}
+    ball = LayeredBall(plain)
+    assert len(ball) == 2
+    assert dict(ball) == plain
+    assert ball[b.id] == (b, 0)
+    assert a.id in ball and (7, 7) not in ball
+    assert set(ball) == set(plain)
+    assert ball == plain
+    assert ball.max_ts == 9
+    assert LayeredBall().max_ts == 0 and len(LayeredBall()) == 0
+    with pytest.raises(KeyError):
+        ball[(7, 7)]
+
+
+# -- against a transcription of Algorithm 1 ------------------------------------
+
+
+class ReferenceDissemination:
+    """Algorithm 1 as printed: nextBall of [event, ttl], ttl incremented in
+    place every round; the clock is the logical clock of Algorithm 4."""
+
+    def __init__(self, ttl: int, fanout: int, peers: FullView, rng: random.Random) -> None:
+        self.TTL = ttl
+        self.K = fanout
+        self.peers = peers
+        self.rng = rng
+        self.next_ball: dict[EventId, list[object]] = {}
+        self.clock = 0
+        self.seq = 0
+
+    def broadcast(self, payload: bytes) -> Event:
+        self.clock += 1
+        event = Event(source=0, seq=self.seq, ts=self.clock, payload=payload)
+        self.seq += 1
+        self.next_ball[event.id] = [event, 0]
+        return event
+
+    def receive(self, ball: Mapping[EventId, tuple[Event, int]]) -> None:
+        for eid, (event, ttl) in ball.items():
+            if ttl < self.TTL:
+                if eid in self.next_ball:
+                    if self.next_ball[eid][1] < ttl:  # type: ignore[operator]
+                        self.next_ball[eid][1] = ttl
+                else:
+                    self.next_ball[eid] = [event, ttl]
+            self.clock = max(self.clock, event.ts)
+
+    def round(self) -> tuple[list[int], dict[EventId, tuple[Event, int]]]:
+        for entry in self.next_ball.values():
+            entry[1] += 1  # type: ignore[operator]
+        if not self.next_ball:
+            return [], {}
+        dests = list(self.peers.sample(self.K, self.rng))
+        ball = {eid: (e, t) for eid, (e, t) in self.next_ball.items()}  # type: ignore[misc]
+        self.next_ball = {}
+        return dests, ball
+
+
+@settings(derandomize=True, max_examples=100, deadline=None)
+@given(seed=st.integers(0, 2**32), ttl=st.integers(1, 5), layered=st.booleans())
+def test_matches_the_transcription_of_algorithm_1(seed: int, ttl: int, layered: bool) -> None:
+    rng = random.Random(seed)
+    n, fanout = 6, 3
+    config = Config(fanout=fanout, ttl=ttl, round_interval=1.0)
+    proc = Process(0, config, peers=FullView(0, range(n)), rng=random.Random(seed), now=0.0)
+    ref = ReferenceDissemination(ttl, fanout, FullView(0, range(n)), random.Random(seed))
+    events: list[Event] = []
+    seqs = [0] * n
+    for r in range(1, 25):
+        for _ in range(rng.randrange(4)):
+            if rng.random() < 0.2:
+                proc.broadcast(b"m", r - 0.5)
+                events.append(ref.broadcast(b"m"))
+                continue
+            s = rng.randrange(1, n)
+            if rng.random() < 0.4 or not events:
+                e = ev(s, seqs[s], max(1, ref.clock + rng.randrange(-2, 4)))
+                seqs[s] += 1
+                events.append(e)
+            ball = {
+                e.id: (e, rng.randrange(0, ttl + 2))
+                for e in rng.sample(events[-10:], min(len(events), rng.randrange(1, 5)))
+            }
+            proc.receive(s, LayeredBall(ball) if layered else ball, r - 0.5)
+            ref.receive(ball)
+            assert proc.clock == ref.clock
+            if rng.random() < 0.3:  # looking in between does not change the outcome
+                assert proc.memory_sizes()["next_ball"] == len(ref.next_ball)
+        dests, ball = sent(proc, float(r))
+        assert (dests, ball) == ref.round()
+
+
+def test_balls_are_never_mutated_by_receivers() -> None:
+    a, b, c = ev(1, 0, 5), ev(2, 0, 6), ev(3, 0, 7)
+    first = LayeredBall({a.id: (a, 1), b.id: (b, 2)})
+    second = LayeredBall({a.id: (a, 2), b.id: (b, 1), c.id: (c, 9)})
+    snapshots = [dict(first), dict(second)]
+    p = make_process(ttl=5)
+    p.receive(1, first, 0.1)
+    p.receive(2, second, 0.2)
+    p.handle_timer(1.0)
+    out = p.messages_to_send()[0][1]
+    assert out == {a.id: (a, 3), b.id: (b, 3)}
+    relayed = dict(out)
+    q = make_process(ttl=5)
+    q.receive(0, out, 1.1)
+    q.receive(0, first, 1.2)
+    sent(q, 1.5)
+    assert dict(out) == relayed
+    assert [dict(first), dict(second)] == snapshots
+    assert first.max_ts == 6 and second.max_ts == 7
+
+
+def test_layered_ball_from_layers() -> None:
+    a, b = ev(1, 0, 3), ev(2, 0, 4)
+    ball = LayeredBall.from_layers({2: {a.id: a}, 0: {b.id: b}, 5: {}})
+    assert dict(ball) == {a.id: (a, 2), b.id: (b, 0)}
+    assert list(ball.layers) == [0, 2]
+    assert ball.max_ts == 4
+    with pytest.raises(ValueError, match="more than one layer"):
+        LayeredBall.from_layers({1: {a.id: a}, 2: {a.id: a}})
+
+
+@settings(derandomize=True, max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.dictionaries(
+            st.integers(-1, 7),
+            st.dictionaries(st.tuples(st.integers(0, 3), st.integers(0, 5)), st.just(0)),
+            max_size=6,
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    st.integers(1, 7),
+)
+def test_both_merges_keep_the_largest_ttl_below_the_limit(
+    raw: list[dict[int, dict[EventId, int]]], limit: int
+) -> None:
+    from epto._ball import _merge_by_copy, _merge_by_layer, merge_layers
+
+    # Each source is a ball: an id in one layer only.
+    sources = []
+    for ball in raw:
+        seen: set[EventId] = set()
+        layers = {}
+        for t, ids in sorted(ball.items()):
+            fresh = {eid: ev(eid[0], eid[1], 1 + eid[1]) for eid in ids if eid not in seen}
+            seen |= fresh.keys()
+            if fresh:
+                layers[t] = fresh
+        sources.append(layers)
+    expected: dict[EventId, int] = {}
+    for layers in sources:
+        for t, layer in layers.items():
+            for eid in layer:
+                if t < limit and expected.get(eid, -99) < t:
+                    expected[eid] = t
+    for merge in (_merge_by_copy, _merge_by_layer, merge_layers):
+        merged = merge(list(sources), limit)
+        flat = {eid: t for t, layer in merged.items() for eid in layer}
+        assert flat == expected
+        assert all(layer for layer in merged.values())
+        assert list(merged) == sorted(merged)
+        assert sum(map(len, merged.values())) == len(flat)
