@@ -97,6 +97,12 @@ def register(sub: Any) -> None:
         help="scheduler time resolution in ticks; 0 for exact time (default 1)",
     )
     n.add_argument("--max-drain-rounds", type=int, default=None)
+    n.add_argument(
+        "--run-to-quiescence",
+        action="store_true",
+        help="after every event is delivered everywhere, run on until no ball is in "
+        "flight (the work figures then include the gossip tail)",
+    )
 
     o = p.add_argument_group("output")
     o.add_argument("--json", metavar="FILE", type=Path, help="write the summary as JSON")
@@ -140,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
             payload_size=args.payload_size,
             quantum=args.quantum or None,
             max_drain_rounds=args.max_drain_rounds,
+            stop_when_complete=not args.run_to_quiescence,
         )
         spec.validate()
         spec.config(spec.latency_model())
@@ -209,7 +216,7 @@ def _print_summary(s: dict[str, Any], check_summary: str) -> None:
     print(
         f"entries processed: {s['entries_processed']}, balls sent: {s['network']['sent']}, "
         f"virtual time {s['virtual_time']:.0f} ticks ({s['rounds_run']:.0f} rounds"
-        f"{'' if s['quiescent'] else ', stopped before every event settled'}), "
+        f"{', stopped at the round limit' if s['settled'] == 'round-limit' else ''}), "
         f"wall {s['wall_seconds']:.1f} s"
     )
     if s["order_violations"] or s["integrity_violations"]:
