@@ -254,7 +254,7 @@ def import_summary(key: str, file: Path) -> dict[str, Any]:
         "delay": summary["delay"],
         "entries_processed": summary["entries_processed"],
         "wall_seconds": summary["wall_seconds"],
-        "cpu_seconds": float("nan"),
+        "cpu_seconds": None,
         "copies_per_cpu_second": None,
         "cdf": [],
         "imported_from": "epto simulate --json",
@@ -383,7 +383,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
             f"| {key.split('/')[0]} | {r['label']} | {r['spec']['processes']} | {r['fanout']} "
             f"| {r['ttl']} | {r['events']} | {d['p50']:.0f} | {d['p95']:.0f} | {d['max']:.0f} "
             f"| {r['holes']} ({r['processes_with_holes']}) | {r['order_violations']} "
-            f"| {r['cpu_seconds']:.1f} |"
+            f"| {'-' if r['cpu_seconds'] is None else format(r['cpu_seconds'], '.1f')} |"
         )
         if "baseline_delay" in r:
             b = r["baseline_delay"]
@@ -441,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.results.parent.mkdir(parents=True, exist_ok=True)
                 args.results.write_text(json.dumps(results, indent=1, sort_keys=True))
     for item in args.import_summary:
-        key, _, file = item.partition("=")
+        key, _, file = item.rpartition("=")
         results[key] = import_summary(key, Path(file))
         args.results.write_text(json.dumps(results, indent=1, sort_keys=True))
     for path in plot(results):
