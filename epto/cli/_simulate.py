@@ -223,9 +223,17 @@ def run(args: argparse.Namespace) -> int:
     logger = None if args.log_dir is None else SimulationLogger(args.log_dir, flush_every=256)
     try:
         if args.mode == "token-ring":
+            import time
+
             from epto.tokenring._simrun import run_token_ring
 
-            result = run_token_ring(spec, spec.latency_model(), k=args.k, progress=progress)
+            result = run_token_ring(
+                spec,
+                spec.latency_model(),
+                k=args.k,
+                progress=progress,
+                wall_clock=time.perf_counter,
+            )
         else:
             observers = [logger] if logger is not None else []
             result = run_simulation(spec, progress=progress, observers=observers)
