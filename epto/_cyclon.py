@@ -32,13 +32,19 @@ Failure and leave:
     answers is gone from P's view; a live Q re-enters P's view later through
     other shuffles. Descriptors carry their age from view to view, so a dead
     peer's descriptors keep ageing and are dropped once older than
-    ``purge_age``. A :class:`Leave` makes the receiver drop the sender at once.
+    ``purge_age``. A :class:`Leave` makes the receiver drop the sender at once
+    (from its seeds too).
 
 Join:
     a process starts with its seed peers (a tracker) in its view and shuffles
     with the oldest of them within one period; its fresh descriptor enters the
     seed's view and spreads from there. A process whose view becomes empty
     falls back to its seeds.
+
+Sampling:
+    uniform over the view; a view smaller than the sample asked for is topped
+    up with the targets of shuffles awaiting their reply (a newcomer's seed is
+    removed from its view by its first shuffle).
 
 Validation:
     a message with too many entries, duplicate entries, an entry for the
@@ -214,9 +220,19 @@ class Cyclon(PeerSampler):
     # -- PeerSampler --------------------------------------------------------
 
     def sample(self, k: int, rng: random.Random) -> list[ProcessId]:
-        """Up to ``k`` distinct peers drawn uniformly from the view."""
+        """Up to ``k`` distinct peers drawn uniformly from the view.
+
+        When the view holds fewer than ``k``, the targets of shuffles still
+        awaiting their reply are added: they were in the view a moment ago.
+        Without this, a newcomer whose only seed is its first shuffle target
+        would have nobody to gossip to until the reply arrives.
+        """
         view = list(self._view)
         if k >= len(view):
+            if self._pending:
+                view.extend(pid for pid in self._pending if pid not in self._view)
+                if k < len(view):
+                    return rng.sample(view, k)
             return view
         return rng.sample(view, k)
 
@@ -379,6 +395,8 @@ class Cyclon(PeerSampler):
         if self._view.pop(sender, None) is not None:
             del self._view_addresses[sender]
         self._pending.pop(sender, None)
+        if any(s.pid == sender for s in self._seeds):
+            self._seeds = tuple(s for s in self._seeds if s.pid != sender)
 
     def _merge(
         self,

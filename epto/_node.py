@@ -187,6 +187,21 @@ class Node:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def config(self) -> Config:
+        """The EpTO configuration of the process."""
+        return self.process.config
+
+    def memory_sizes(self) -> dict[str, int]:
+        """The process's container sizes, and Cyclon's view and pending
+        requests (``cyclon_view``, ``cyclon_pending``) when it runs one."""
+        sizes = self.process.memory_sizes()
+        if self.cyclon is not None:
+            stats = self.cyclon.statistics()
+            sizes["cyclon_view"] = stats.view_size
+            sizes["cyclon_pending"] = stats.pending
+        return sizes
+
     def descriptor(self) -> PeerDescriptor:
         """This node as a Cyclon seed for others."""
         return PeerDescriptor(pid=self.pid, address=self.address, age=0)

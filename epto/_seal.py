@@ -116,6 +116,9 @@ class GroupSealer:
         self._max_senders = max_senders
         self._aeads: OrderedDict[tuple[int, ProcessId], AESGCM | ChaCha20Poly1305] = OrderedDict()
         self.replay = ReplayWindow(replay_window, max_senders)
+        from cryptography.exceptions import InvalidTag
+
+        self._invalid_tag = InvalidTag
         _subkey_aead(key, 0)  # fail now, not on the first frame, without cryptography
 
     @property
@@ -182,7 +185,6 @@ class GroupSealer:
         return header + nonce + aead.encrypt(nonce, body, aad)
 
     def open(self, header: Header, frame: bytes, now: float, me: ProcessId | None = None) -> bytes:
-        from cryptography.exceptions import InvalidTag
 
         if len(frame) < HEADER_SIZE + SEAL_OVERHEAD:
             raise RemoteProtocolError("sealed frame shorter than its seal", fault="truncated")
@@ -205,7 +207,7 @@ class GroupSealer:
         aead = self._aead(key, sender)
         try:
             body = aead.decrypt(frame[HEADER_SIZE:_NONCE_END], frame[_NONCE_END:], aad)
-        except InvalidTag:
+        except self._invalid_tag:
             raise RemoteProtocolError("frame failed authentication", fault="bad-tag") from None
         self._remember(key, sender, aead)
         self.replay.accept(sender, counter)

@@ -134,8 +134,10 @@ class SignatureVerifier:
         cache_size: int = 65536,
         cache_bytes: int = 8 << 20,
     ) -> None:
+        from cryptography.exceptions import InvalidSignature
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+        self._invalid_signature = InvalidSignature
         if cache_size < 1 or cache_bytes < 1:
             raise ConfigurationError("SignatureVerifier cache bounds must be positive")
         self._keys: dict[ProcessId, Ed25519PublicKey] = {}
@@ -161,8 +163,6 @@ class SignatureVerifier:
 
     def check(self, event: Event) -> str | None:
         """``None`` if ``event`` is authentic, else the reason (and count it)."""
-        from cryptography.exceptions import InvalidSignature
-
         key = event.id
         known = self._verified.get(key)
         if known is not None:
@@ -181,7 +181,7 @@ class SignatureVerifier:
             message = signed_message(event.source, event.seq, event.ts, event.payload)
             try:
                 public.verify(event.signature, message)
-            except InvalidSignature:
+            except self._invalid_signature:
                 reason = "bad-signature"
             else:
                 self._passed += 1

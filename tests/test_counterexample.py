@@ -21,7 +21,7 @@ t     what happens
 210   p1 delivers e11, e21 (both stable; e11 has the smaller source)
 220   p2 delivers e21
 510   e11 reaches p2 and p3; paper mode accepts it (ts == lastDeliveredTs)
-630+  paper mode: p2 and p3 deliver e11
+620   paper mode: p2 delivers e11 (p3 at 630)
 ====  ============================================================
 """
 
@@ -66,6 +66,8 @@ def test_paper_conditions_break_total_order_on_the_trace() -> None:
     assert recorder.sequences[P1] == [E11, E21]
     assert recorder.sequences[P2] == [E21, E11]
     assert recorder.sequences[P3] == [E21, E11]
+    assert recorder.times[P1] == [210.0, 210.0]
+    assert recorder.times[P3] == [130.0, 630.0]
     report = check(recorder.sequences, broadcast=sim.broadcasts)
     assert len(report.order_violations) == 1
     violation = report.order_violations[0]

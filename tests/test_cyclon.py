@@ -157,6 +157,18 @@ def test_purge_drops_entries_older_than_bound() -> None:
     assert 7 not in c2 and c2.statistics().purged == 1
 
 
+def test_sample_tops_up_with_targets_awaiting_reply() -> None:
+    c = make(0, [desc(1)])
+    c.handle_timer(1.0)
+    [(target, _)] = c.messages_to_send()
+    assert target == 1 and len(c) == 0
+    # A newcomer that just shuffled with its only seed still has someone to gossip to.
+    assert c.sample(5, random.Random(1)) == [1]
+    c.receive(1, ShuffleReply(entries=(desc(2), desc(3))), 1.01)
+    assert sorted(c.sample(5, random.Random(1))) == [2, 3]
+    assert len(c.sample(1, random.Random(1))) == 1
+
+
 def test_empty_view_falls_back_to_seeds() -> None:
     c = make(0, [desc(1)], shuffle_period=1.0)
     c.handle_timer(1.0)
@@ -176,6 +188,9 @@ def test_leave_tells_the_view_and_receivers_drop_the_sender() -> None:
     assert a.get_timer() == float("inf")
     b.receive(0, Leave(), 0.6)
     assert 0 not in b and b.statistics().leaves_received == 1
+    b.receive(2, Leave(), 0.7)  # b's view is now empty; its seeds left: it stays alone
+    b.handle_timer(5.0)
+    assert b.messages_to_send() == [] and len(b) == 0
     a.handle_timer(10.0)
     assert a.messages_to_send() == []
 

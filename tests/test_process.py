@@ -240,3 +240,47 @@ def test_layered_ball_from_layers() -> None:
     assert ball.max_ts == 4
     with pytest.raises(ValueError, match="more than one layer"):
         LayeredBall.from_layers({1: {a.id: a}, 2: {a.id: a}})
+
+
+@settings(derandomize=True, max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.dictionaries(
+            st.integers(-1, 7),
+            st.dictionaries(st.tuples(st.integers(0, 3), st.integers(0, 5)), st.just(0)),
+            max_size=6,
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    st.integers(1, 7),
+)
+def test_both_merges_keep_the_largest_ttl_below_the_limit(
+    raw: list[dict[int, dict[EventId, int]]], limit: int
+) -> None:
+    from epto._ball import _merge_by_copy, _merge_by_layer, merge_layers
+
+    # Each source is a ball: an id in one layer only.
+    sources = []
+    for ball in raw:
+        seen: set[EventId] = set()
+        layers = {}
+        for t, ids in sorted(ball.items()):
+            fresh = {eid: ev(eid[0], eid[1], 1 + eid[1]) for eid in ids if eid not in seen}
+            seen |= fresh.keys()
+            if fresh:
+                layers[t] = fresh
+        sources.append(layers)
+    expected: dict[EventId, int] = {}
+    for layers in sources:
+        for t, layer in layers.items():
+            for eid in layer:
+                if t < limit and expected.get(eid, -99) < t:
+                    expected[eid] = t
+    for merge in (_merge_by_copy, _merge_by_layer, merge_layers):
+        merged = merge(list(sources), limit)
+        flat = {eid: t for t, layer in merged.items() for eid in layer}
+        assert flat == expected
+        assert all(layer for layer in merged.values())
+        assert list(merged) == sorted(merged)
+        assert sum(map(len, merged.values())) == len(flat)

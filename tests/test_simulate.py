@@ -147,3 +147,44 @@ def test_cli_plot(tmp_path: Path) -> None:
 def test_cli_rejects_bad_values(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--loss", "1.5", "--quiet"]) == 2
     assert "loss" in capsys.readouterr().err
+
+
+def test_same_seed_same_json_across_interpreters(tmp_path: Path) -> None:
+    """No hidden dependence on hash randomisation or the interpreter's state."""
+    import os
+    import subprocess
+    import sys
+
+    outputs = []
+    for hash_seed in ("1", "2"):
+        out = tmp_path / f"run{hash_seed}.json"
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "epto.cli",
+                "simulate",
+                "-n",
+                "12",
+                "--rounds",
+                "6",
+                "--broadcast-rate",
+                "0.2",
+                "--loss",
+                "0.1",
+                "--churn-count",
+                "0.5",
+                "--quiet",
+                "--json",
+                str(out),
+            ],
+            check=True,
+            capture_output=True,
+            env={**os.environ, "PYTHONHASHSEED": hash_seed},
+            timeout=120,
+        )
+        data = json.loads(out.read_text())
+        data.pop("wall_seconds")
+        outputs.append(data)
+    assert outputs[0] == outputs[1]
+    assert outputs[0]["events"] > 0

@@ -1,1 +1,18 @@
-"""Drivers that run the sans-IO core over a network (imported as ``epto.transports``)."""
+"""Drivers that run the sans-IO core over a network (imported as ``epto.transports``).
+
+The node classes live in their modules so that importing this package needs
+neither trio nor pyzmq:
+
+* :class:`epto.transports.memory.MemoryNode` and ``MemoryHub``: in one trio
+  event loop, real time;
+* :class:`epto.transports.trio_udp.TrioNode`: UDP datagrams with trio;
+* :class:`epto.transports.zmq_node.ZmqNode`: ZeroMQ, synchronous and thread-safe.
+
+Every node takes a :class:`NodeConfig` and reports :class:`TransportStatistics`.
+"""
+
+from ._common import Codec as Codec
+from ._common import DeliveryOverflowError as DeliveryOverflowError
+from ._common import NodeConfig as NodeConfig
+from ._common import OverflowPolicy as OverflowPolicy
+from ._common import TransportStatistics as TransportStatistics

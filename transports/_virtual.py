@@ -22,7 +22,11 @@ one per process (its peer choices). Changing the loss rate does not move round
 phases; the same seed gives the same run, byte for byte.
 
 The static full view is one :class:`epto.Membership` shared by every process
-and updated on churn; nothing is copied per process.
+and updated on churn; nothing is copied per process. With
+``pss=CyclonConfig(...)`` every process is instead an :class:`epto.Node`
+running Cyclon: a newcomer joins through ``pss_seeds`` live processes drawn
+at random, and Cyclon's messages cross the same network (latency, loss,
+partitions) as a queue kind of their own, counted apart from balls.
 
 EpTO processes only produce output in a round (``receive`` only fills the next
 ball, EpTO paper Algorithm 1), so outputs are drained after timers and
@@ -35,8 +39,8 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, Literal
 
 import attrs
 
@@ -44,12 +48,16 @@ from epto import (
     Ball,
     Config,
     ConfigurationError,
+    CyclonConfig,
     Delivery,
     DeliveryTag,
     EventId,
     FullView,
     LocalProtocolError,
     Membership,
+    Node,
+    NodeMessage,
+    PeerDescriptor,
     PeerSampler,
     Process,
     ProcessId,
@@ -62,6 +70,9 @@ _TIMER = 0
 _ARRIVE = 1
 _ARRIVE_MANY = 2
 _CALL = 3
+_PEER = 4
+
+_Member = Process | Node
 
 
 class SimulationObserver:
@@ -99,6 +110,10 @@ class NetworkStatistics:
     to_departed: int
     """Copies that arrived after their destination had left."""
     in_flight: int
+    peer_messages_sent: int = 0
+    """Peer sampling (Cyclon) messages handed to the network."""
+    peer_messages_arrived: int = 0
+    """Peer sampling messages handed to a live process."""
 
 
 class Simulation:
@@ -128,6 +143,8 @@ class Simulation:
         jitter: float = 0.0,
         sampler: Callable[[ProcessId, Membership], PeerSampler] | None = None,
         quantum: float | None = None,
+        pss: Literal["full"] | CyclonConfig = "full",
+        pss_seeds: int = 1,
     ) -> None:
         if not (isinstance(loss, int | float) and 0 <= loss < 1):
             raise ConfigurationError(f"loss must be in [0, 1), got {loss!r}")
@@ -148,13 +165,24 @@ class Simulation:
         self.jitter = float(jitter)
         self.membership = Membership()
         self._sampler = sampler
+        if not (pss == "full" or isinstance(pss, CyclonConfig)):
+            raise ConfigurationError(f"pss must be 'full' or a CyclonConfig, got {pss!r}")
+        if sampler is not None and pss != "full":
+            raise ConfigurationError("give either sampler or pss=CyclonConfig, not both")
+        if not (isinstance(pss_seeds, int) and pss_seeds >= 1):
+            raise ConfigurationError(f"pss_seeds must be a positive integer, got {pss_seeds!r}")
+        self.pss = pss
+        """``"full"`` or the Cyclon configuration every process runs."""
+        self.pss_seeds = pss_seeds
+        self._peer_sent = self._peer_arrived = 0
         self._net_rng = random.Random(f"epto-sim/{seed}/network")
         self.schedule_rng = random.Random(f"epto-sim/{seed}/schedule")
         """The schedule's random stream (phases, drift, churn, workloads)."""
         self.now = 0.0
         self._times: list[float] = []
         self._buckets: dict[float, list[tuple[Any, ...]]] = {}
-        self.processes: dict[ProcessId, Process] = {}
+        self.processes: dict[ProcessId, _Member] = {}
+        """Live processes: :class:`epto.Process`, or :class:`epto.Node` with Cyclon."""
         self.joined_at: dict[ProcessId, float] = {}
         self.left_at: dict[ProcessId, float] = {}
         self.broadcasts: dict[EventId, tuple[ProcessId, float]] = {}
@@ -203,24 +231,34 @@ class Simulation:
             phase = interval * rng.random()
         if not phase >= 0:
             raise LocalProtocolError(f"phase must be non-negative, got {phase!r}")
-        self.membership.add(pid)
-        peers = (
-            self._sampler(pid, self.membership)
-            if self._sampler is not None
-            else FullView(pid, self.membership)
-        )
-        proc = Process(
-            pid,
-            base,
-            peers=peers,
-            rng=random.Random(f"epto-sim/{self.seed}/process/{pid}"),
-            now=self.now + phase - interval,
-        )
+        proc_rng = random.Random(f"epto-sim/{self.seed}/process/{pid}")
+        proc: _Member
+        if isinstance(self.pss, CyclonConfig):
+            # Join through random live processes (the first one starts alone).
+            contacts = sorted(self.membership.sample_excluding(self.pss_seeds, pid, rng))
+            proc = Node(
+                pid,
+                base,
+                rng=proc_rng,
+                now=self.now + phase - interval,
+                sampler=self.pss,
+                seeds=[PeerDescriptor(pid=c, address=b"") for c in contacts],
+            )
+            self.membership.add(pid)
+        else:
+            self.membership.add(pid)
+            peers = (
+                self._sampler(pid, self.membership)
+                if self._sampler is not None
+                else FullView(pid, self.membership)
+            )
+            proc = Process(pid, base, peers=peers, rng=proc_rng, now=self.now + phase - interval)
         self.processes[pid] = proc
         self.joined_at[pid] = self.now
         for p in self._partitions:
             p.setdefault(pid, -1)
-        self._push(proc.get_timer(), (_TIMER, pid, None, None))
+        # A Cyclon node may ask for its first shuffle before now (its phase).
+        self._push(max(proc.get_timer(), self.now), (_TIMER, pid, None, None))
         for obs in self.observers:
             obs.on_join(pid, self.now)
         return pid
@@ -233,7 +271,7 @@ class Simulation:
         proc = self.processes.pop(pid)
         self.membership.discard(pid)
         self.left_at[pid] = self.now
-        self._entries_of_departed += proc.statistics().entries_received
+        self._entries_of_departed += _process(proc).statistics().entries_received
         for obs in self.observers:
             obs.on_leave(pid, self.now)
 
@@ -269,8 +307,8 @@ class Simulation:
 
         def tick() -> None:
             carry[0] += per_round
-            count = int(carry[0])
-            carry[0] -= count
+            count = int(carry[0] + 1e-9)  # 10 x 0.1 is one process, not zero
+            carry[0] = max(0.0, carry[0] - count)
             if count:
                 self.churn(min(count, max(0, len(self.membership) - 1)))
             nxt = self.now + step
@@ -320,7 +358,32 @@ class Simulation:
     def _separated(self, a: ProcessId, b: ProcessId) -> bool:
         return any(p.get(a, -1) != p.get(b, -1) for p in self._partitions)
 
-    def _send(self, src: ProcessId, out: list[tuple[ProcessId, Ball]], now: float) -> None:
+    def _send(
+        self, src: ProcessId, out: Sequence[tuple[ProcessId, NodeMessage]], now: float
+    ) -> None:
+        if self.pss == "full":
+            self._send_balls(src, out, now)  # type: ignore[arg-type]
+            return
+        balls: list[tuple[ProcessId, Ball]] = []
+        for dest, message in out:
+            if isinstance(message, Mapping):
+                balls.append((dest, message))
+            else:
+                self._send_peer(src, dest, message, now)
+        if balls:
+            self._send_balls(src, balls, now)
+
+    def _send_peer(self, src: ProcessId, dest: ProcessId, message: object, now: float) -> None:
+        self._peer_sent += 1
+        rng = self._net_rng
+        if self.loss and rng.random() < self.loss:
+            return
+        lat = self._links.get((src, dest)) if self._links else None
+        if lat is None:
+            lat = self.latency.sample(src, dest, rng)
+        self._push(now + lat, (_PEER, dest, src, message))
+
+    def _send_balls(self, src: ProcessId, out: list[tuple[ProcessId, Ball]], now: float) -> None:
         loss = self.loss
         rng = self._net_rng
         buckets = self._buckets
@@ -373,6 +436,8 @@ class Simulation:
             cut=self._cut,
             to_departed=self._to_departed,
             in_flight=self._in_flight,
+            peer_messages_sent=self._peer_sent,
+            peer_messages_arrived=self._peer_arrived,
         )
 
     # -- scripting ----------------------------------------------------------
@@ -421,7 +486,7 @@ class Simulation:
 
     # -- running ------------------------------------------------------------
 
-    def _flush(self, pid: ProcessId, proc: Process, now: float) -> None:
+    def _flush(self, pid: ProcessId, proc: _Member, now: float) -> None:
         out = proc.messages_to_send()
         if out:
             self._send(pid, out, now)
@@ -487,6 +552,12 @@ class Simulation:
                         self._in_flight -= len(a)
                         for dest in a:
                             self._arrive(procs, dest, b, c, t, every_input)
+                    elif kind == _PEER:
+                        node = procs.get(a)
+                        if node is not None and not (self._partitions and self._separated(b, a)):
+                            self._peer_arrived += 1
+                            node.receive(b, c, t)
+                            self._flush(a, node, t)
                     else:
                         a()
             finally:
@@ -499,7 +570,7 @@ class Simulation:
 
     def _arrive(
         self,
-        procs: Mapping[ProcessId, Process],
+        procs: Mapping[ProcessId, _Member],
         dest: ProcessId,
         src: ProcessId,
         ball: Ball,
@@ -536,8 +607,12 @@ class Simulation:
     def entries_processed(self) -> int:
         """Event copies received in balls, summed over every process that ever ran."""
         return self._entries_of_departed + sum(
-            p.statistics().entries_received for p in self.processes.values()
+            _process(p).statistics().entries_received for p in self.processes.values()
         )
+
+
+def _process(member: _Member) -> Process:
+    return member.process if isinstance(member, Node) else member
 
 
 class DeliveryRecorder(SimulationObserver):

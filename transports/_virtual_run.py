@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import attrs
 
-from epto import Config, ConfigurationError, EventId, ProcessId
+from epto import Config, ConfigurationError, CyclonConfig, EventId, ProcessId
 from epto.check import CheckReport
 
 from ._latency import ConstantLatency, LatencyModel, PlanetLabLatency, UniformLatency
@@ -69,6 +69,21 @@ class SimulationSpec:
     quantum: float | None = 1.0
     """Time resolution of the scheduler (``None``: exact)."""
     max_drain_rounds: int | None = None
+    pss: Literal["full", "cyclon"] = "full"
+    """Peer sampling: the static full view, or Cyclon (:class:`epto.Node`)."""
+    view_size: int = 50
+    """Cyclon: entries per view."""
+    shuffle_length: int = 8
+    """Cyclon: entries per shuffle."""
+    shuffle_period: float | None = None
+    """Cyclon: time between shuffles (``None``: the round length)."""
+    pss_seeds: int = 3
+    """Cyclon: live processes a newcomer is given to join through (a tracker's
+    answer); with one, a newcomer whose seed crashes before answering stays
+    alone."""
+    pss_warmup: int = 50
+    """Cyclon: rounds run before the first broadcast, for the views to mix
+    (processes join one by one through a random earlier one)."""
     """Rounds allowed after the broadcasting rounds for events to settle
     (``None``: four times TTL plus the largest latency in rounds)."""
 
@@ -85,6 +100,21 @@ class SimulationSpec:
         _check_range("churn", self.churn, 0, self.processes)
         if self.payload_size < 8:
             raise ConfigurationError("payload_size must be at least 8 bytes")
+        if self.pss not in ("full", "cyclon"):
+            raise ConfigurationError(f"pss must be 'full' or 'cyclon', got {self.pss!r}")
+        if not isinstance(self.pss_warmup, int) or self.pss_warmup < 0:
+            raise ConfigurationError(f"pss_warmup must be >= 0, got {self.pss_warmup!r}")
+        self.cyclon_config()
+
+    def cyclon_config(self) -> CyclonConfig | None:
+        """The Cyclon configuration, or None for the full view."""
+        if self.pss != "cyclon":
+            return None
+        return CyclonConfig(
+            view_size=self.view_size,
+            shuffle_length=self.shuffle_length,
+            shuffle_period=self.shuffle_period or self.round_interval,
+        )
 
     def latency_model(self) -> LatencyModel:
         if self.latency == "constant":
@@ -225,12 +255,17 @@ def run_simulation(
         drift=spec.drift,
         jitter=spec.jitter,
         quantum=spec.quantum,
+        pss=spec.cyclon_config() or "full",
+        pss_seeds=spec.pss_seeds,
     )
     for obs in observers:
         cluster.add_observer(obs)
     cluster.add_processes(spec.processes)
     rng = cluster.schedule_rng
-    span = spec.rounds * delta
+    if spec.pss == "cyclon" and spec.pss_warmup:
+        cluster.run_rounds(spec.pss_warmup)
+    t0 = cluster.now
+    span = t0 + spec.rounds * delta
     counter = [0]
 
     def broadcast_from(pid: ProcessId) -> None:
@@ -239,7 +274,7 @@ def run_simulation(
             counter[0] += 1
 
     if spec.events is not None:
-        for at in sorted(rng.uniform(0, span) for _ in range(spec.events)):
+        for at in sorted(rng.uniform(t0, span) for _ in range(spec.events)):
 
             def fire() -> None:
                 members = list(cluster.processes)
@@ -258,7 +293,7 @@ def run_simulation(
             if start + delta < span:
                 cluster.call_at(start + delta, round_of_broadcasts)
 
-        cluster.call_at(0.0, round_of_broadcasts)
+        cluster.call_at(t0, round_of_broadcasts)
     if spec.churn:
         cluster.schedule_churn(spec.churn, stop=span)
 
@@ -313,7 +348,7 @@ def run_simulation(
         delay=delay,
         entries_processed=cluster.entries_processed(),
         network=cluster.network_statistics(),
-        rounds_run=cluster.now / delta,
+        rounds_run=(cluster.now - t0) / delta,
         virtual_time=cluster.now,
         quiescent=quiescent,
         wall_seconds=time.perf_counter() - wall,

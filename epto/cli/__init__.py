@@ -22,6 +22,7 @@ _COMMANDS = (
     "keygen",
     "check",
     "analyze",
+    "node",
 )
 
 

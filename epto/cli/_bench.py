@@ -10,8 +10,11 @@ from typing import Any
 _TOPICS: tuple[str, ...] = (
     "core",
     "cyclon",
+    "churn",
     "wire",
     "spark",
+    "udp_scale",
+    "replication",
 )
 
 

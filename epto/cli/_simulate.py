@@ -47,6 +47,14 @@ def register(sub: Any) -> None:
     g.add_argument("--seed", type=int, default=1)
 
     e = p.add_argument_group("protocol")
+    e.add_argument(
+        "--mode",
+        choices=("epto", "token-ring"),
+        default="epto",
+        help="ordering engine (token-ring: docs/token-ring.md; its timeouts are "
+        "scaled to ticks as milliseconds)",
+    )
+    e.add_argument("--k", type=_positive_int, default=None, help="token ring: resiliency k")
     e.add_argument("--clock", choices=("logical", "global"), default="logical")
     e.add_argument("--fanout", type=_positive_int, default=None, help="default: epto params")
     e.add_argument("--ttl", type=_positive_int, default=None, help="default: epto params")
@@ -98,6 +106,37 @@ def register(sub: Any) -> None:
     )
     n.add_argument("--max-drain-rounds", type=int, default=None)
 
+    s = p.add_argument_group("peer sampling")
+    s.add_argument(
+        "--pss",
+        choices=("full", "cyclon"),
+        default="full",
+        help="full: every process knows the membership; cyclon: partial views kept by "
+        "Cyclon shuffles, newcomers join through a random live process (default full)",
+    )
+    s.add_argument("--view-size", type=_positive_int, default=50, help="Cyclon view (50)")
+    s.add_argument(
+        "--shuffle-length", type=_positive_int, default=8, help="Cyclon entries per shuffle (8)"
+    )
+    s.add_argument(
+        "--shuffle-period",
+        type=float,
+        default=None,
+        help="ticks between two shuffles of a process (default: the round length)",
+    )
+    s.add_argument(
+        "--pss-seeds",
+        type=_positive_int,
+        default=3,
+        help="Cyclon: live processes a newcomer joins through (3)",
+    )
+    s.add_argument(
+        "--pss-warmup",
+        type=int,
+        default=50,
+        help="Cyclon: rounds of shuffling before the first broadcast (50)",
+    )
+
     o = p.add_argument_group("output")
     o.add_argument("--json", metavar="FILE", type=Path, help="write the summary as JSON")
     o.add_argument("--plot", metavar="FILE.png", type=Path, help="plot the delay CDF")
@@ -147,6 +186,12 @@ def run(args: argparse.Namespace) -> int:
             payload_size=args.payload_size,
             quantum=args.quantum or None,
             max_drain_rounds=args.max_drain_rounds,
+            pss=args.pss,
+            view_size=args.view_size,
+            shuffle_length=args.shuffle_length,
+            shuffle_period=args.shuffle_period,
+            pss_warmup=args.pss_warmup,
+            pss_seeds=args.pss_seeds,
         )
         spec.validate()
         spec.config(spec.latency_model())
@@ -169,11 +214,29 @@ def run(args: argparse.Namespace) -> int:
             bar.total = expected
         bar.update(done - bar.n)
 
+    if args.mode == "token-ring" and args.log_dir is not None:
+        print("epto simulate: --log-dir is not supported with --mode token-ring", file=sys.stderr)
+        return 2
+
     from epto.log import SimulationLogger
 
     logger = None if args.log_dir is None else SimulationLogger(args.log_dir, flush_every=256)
     try:
-        result = run_simulation(spec, progress=progress, observers=[logger] if logger else [])
+        if args.mode == "token-ring":
+            import time
+
+            from epto.tokenring._simrun import run_token_ring
+
+            result = run_token_ring(
+                spec,
+                spec.latency_model(),
+                k=args.k,
+                progress=progress,
+                wall_clock=time.perf_counter,
+            )
+        else:
+            observers = [logger] if logger is not None else []
+            result = run_simulation(spec, progress=progress, observers=observers)
     finally:
         bar.close()
         if logger is not None:
@@ -200,6 +263,12 @@ def _print_summary(s: dict[str, Any], check_summary: str) -> None:
         f"fanout {p['fanout']}, TTL {p['ttl']}, {p['clock']} clock, {p['ordering']} ordering, "
         f"latency {p['latency']}, loss {p['loss']:g}, churn {p['churn']:g}/round, seed {p['seed']}"
     )
+    if p.get("pss") == "cyclon":
+        net = s["network"]
+        print(
+            f"peer sampling: Cyclon, view {p['view_size']}, shuffle {p['shuffle_length']}, "
+            f"{p['pss_warmup']} warm-up rounds; {net['peer_messages_sent']} shuffle messages"
+        )
     print(
         f"events: {s['events']} broadcast, {s['events_delivered']} delivered; "
         f"deliveries: {s['deliveries']}"

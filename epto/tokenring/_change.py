@@ -102,6 +102,7 @@ def _fence(p: TokenRingProcess, now: float) -> None:
         p._fenced_since = now
     p._token = None
     p._pending = None
+    p._passed = None
 
 
 def _stale(p: TokenRingProcess, sender: ProcessId, instance: int, now: float) -> bool:
@@ -246,6 +247,8 @@ def install(p: TokenRingProcess, config: RingConfig, now: float) -> None:
     p._want_since = None
     p._token = None
     p._pending = None
+    p._passed = None
+    p._accepted_hop = -1
     p._token_seen = now
     p._counts["full" if config.full else "light"] += 1
     p._fd.grace(config.members, now)

@@ -85,6 +85,21 @@ class TokenRingConfig:
                 "TokenRingConfig.suspect_timeout must exceed heartbeat_interval"
             )
 
+    def scaled(self, factor: float) -> TokenRingConfig:
+        """The same configuration with every time multiplied by ``factor`` (for
+        example 1000 for a caller whose unit is the millisecond)."""
+        times = (
+            "token_hold",
+            "heartbeat_interval",
+            "suspect_timeout",
+            "exclude_timeout",
+            "readmit_after",
+            "token_timeout",
+            "change_timeout",
+            "fetch_timeout",
+        )
+        return attrs.evolve(self, **{name: getattr(self, name) * factor for name in times})
+
     def effective_k(self, members: int, core: int) -> int:
         """The resiliency level used in a view of ``members`` with ``core`` core members."""
         if self.k is None:

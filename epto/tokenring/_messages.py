@@ -107,6 +107,17 @@ class Token:
 
 
 @attrs.frozen(kw_only=True, slots=True)
+class TokenAck:
+    """The token of ``instance`` sent at ``hop`` arrived and was accepted (or
+    had been): the sender stops retransmitting it. Retransmitting the same
+    token to the same member is harmless, since a member accepts a token only
+    if its hop is above every snapshot it knows."""
+
+    instance: int
+    hop: int
+
+
+@attrs.frozen(kw_only=True, slots=True)
 class Order:
     """A token snapshot that made messages stable, sent to every other member so
     that they deliver without waiting for the token."""
@@ -212,6 +223,7 @@ class Decided:
 Message: TypeAlias = (
     Data
     | Token
+    | TokenAck
     | Order
     | Heartbeat
     | Fetch

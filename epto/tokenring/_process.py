@@ -42,6 +42,7 @@ from ._messages import (
     Promise,
     RingConfig,
     Token,
+    TokenAck,
     TokenState,
 )
 from ._viewchange import bootstrap
@@ -101,6 +102,9 @@ class TokenRingProcess:
         self._contacts = tuple(contacts)
         self._token: TokenState | None = None
         self._pending: tuple[ProcessId, TokenState] | None = None
+        self._passed: tuple[ProcessId, TokenState, float] | None = None
+        self._accepted_hop = -1
+        """Hop of the last token of the current configuration accepted here."""
         self._pass_at = math.inf
         self._token_seen = now
         self._fetch_since: float | None = None
@@ -199,6 +203,12 @@ class TokenRingProcess:
             self._resend_own(now)
         if self._token is not None and now >= self._pass_at:
             self._pass_token(now)
+        passed = self._passed
+        if passed is not None and now >= passed[2] + self._resend_period():
+            # No acknowledgement: the link may have broken with the token in
+            # flight. Send the same token again, to the same member.
+            self._send(passed[0], Token(state=passed[1]))
+            self._passed = (passed[0], passed[1], now)
         self._check_fetch(now)
         self._drive_change(now)
         self._deliver(now)
@@ -211,6 +221,8 @@ class TokenRingProcess:
         if self.role is Role.JOINING:
             return self._join_at
         t = min(self._hb_at, self._pass_at if self._token is not None else math.inf)
+        if self._passed is not None:
+            t = min(t, self._passed[2] + self._resend_period())
         if self._fetch_since is not None:
             t = min(t, max(self._fetch_since, self._fetch_sent) + self.cfg.fetch_timeout)
         if self._proposer is not None:
@@ -270,6 +282,9 @@ class TokenRingProcess:
             if p != self.pid and p != skip:
                 self._send(p, message)
 
+    def _resend_period(self) -> float:
+        return max(self.cfg.fetch_timeout, self.cfg.suspect_timeout / 2)
+
     def _k(self) -> int:
         return self.cfg.effective_k(len(self.config.members), len(self.config.core))
 
@@ -297,6 +312,9 @@ class TokenRingProcess:
             return
         if state.hop > self._snap.hop:
             self._snap = state
+        passed = self._passed
+        if passed is not None and state.hop > passed[1].hop:
+            self._passed = None
 
     def _on_order(self, sender: ProcessId, msg: Order, now: float) -> None:
         if msg.state.instance != self.config.instance or self._fenced_since is not None:
@@ -419,18 +437,37 @@ class TokenRingProcess:
             or self.role is not Role.CORE
         ):
             return
+        if state.hop <= self._accepted_hop:
+            # A retransmission of a token already accepted here.
+            self._send(sender, TokenAck(instance=state.instance, hop=state.hop))
+            return
+        if self._pending is not None and self._pending[1].hop >= state.hop:
+            return
         self._pending = (sender, state)
         self._try_accept(now)
 
+    def _on_token_ack(self, sender: ProcessId, msg: TokenAck, now: float) -> None:
+        passed = self._passed
+        if (
+            passed is not None
+            and passed[0] == sender
+            and msg.instance == passed[1].instance
+            and msg.hop >= passed[1].hop
+        ):
+            self._passed = None
+
     def _try_accept(self, now: float) -> None:
         assert self._pending is not None
-        _, state = self._pending
+        sender, state = self._pending
         self._learn(state)
         if self.role is not Role.CORE or not self._book.holds_through(state.next_seq):
             if self._fetch_since is None:
                 self._fetch_since = now
             return
         self._pending = None
+        self._accepted_hop = state.hop
+        if sender != self.pid:
+            self._send(sender, TokenAck(instance=state.instance, hop=state.hop))
         accepted = seqr.accept(state, self.pid, self.config.core, self._k())
         self._counts["tokens"] += 1
         self._token_seen = now
@@ -469,6 +506,7 @@ class TokenRingProcess:
             return
         self._token = None
         self._send(nxt, Token(state=new))
+        self._passed = (nxt, new, now)
 
     # -- membership: heartbeats, joins, configuration sync ------------------
 
@@ -499,6 +537,7 @@ class TokenRingProcess:
         self.role = transition(self.role, why)
         self._token = None
         self._pending = None
+        self._passed = None
         self._proposer = None
 
     def _to(self, dest: ProcessId, message: Message, now: float) -> None:
@@ -536,6 +575,7 @@ class TokenRingProcess:
 _HANDLERS: dict[type, Callable[[TokenRingProcess, ProcessId, Any, float], None]] = {
     Data: TokenRingProcess._on_data,
     Token: TokenRingProcess._on_token,
+    TokenAck: TokenRingProcess._on_token_ack,
     Order: TokenRingProcess._on_order,
     Heartbeat: TokenRingProcess._on_heartbeat,
     Fetch: TokenRingProcess._on_fetch,

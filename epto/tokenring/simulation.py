@@ -54,10 +54,19 @@ class TokenRingCluster:
         *,
         seed: int,
         delay: tuple[float, float] | Latency = (0.001, 0.005),
+        loss: float = 0.0,
+        break_duration: float = 0.05,
     ) -> None:
         self.rng = random.Random(seed)
         self.config = config
         self.latency: Latency = _Uniform(*delay) if isinstance(delay, tuple) else delay
+        self.loss = loss
+        """Probability that sending a message breaks its link (for
+        ``break_duration``): the message and what is in flight are lost."""
+        self.break_duration = break_duration
+        self.stats = dict.fromkeys(("sent", "arrived", "lost", "cut", "to_departed"), 0)
+        self.position: dict[EventId, int] = {}
+        self.joined_at: dict[ProcessId, float] = {}
         self.now = 0.0
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
         self._counter = itertools.count()
@@ -84,6 +93,7 @@ class TokenRingCluster:
 
     def _add(self, proc: TokenRingProcess) -> None:
         self.procs[proc.pid] = proc
+        self.joined_at[proc.pid] = self.now
         self.delivered.setdefault(proc.pid, [])
         self.delivered_at.setdefault(proc.pid, {})
         self._flush(proc)
@@ -110,6 +120,7 @@ class TokenRingCluster:
             eid = event.event.id
             self.delivered[pid].append(eid)
             self.delivered_at[pid][eid] = self.now
+            self.position[eid] = event.event.ts
         for dest, message in proc.messages_to_send():
             self._transmit(pid, dest, message)
         version = self._timer_version.get(pid, 0) + 1
@@ -118,10 +129,24 @@ class TokenRingCluster:
         if deadline < math.inf:
             self._push(max(deadline, self.now), lambda: self._fire(pid, version))
 
+    def _drop(self, src: ProcessId, dest: ProcessId) -> None:
+        if dest in self.crashed:
+            self.stats["to_departed"] += 1
+        elif self._groups is not None and self._groups.get(src) != self._groups.get(dest):
+            self.stats["cut"] += 1
+        else:
+            self.stats["lost"] += 1
+
     def _transmit(self, src: ProcessId, dest: ProcessId, message: Message) -> None:
         self.messages += 1
+        self.stats["sent"] += 1
         link = (src, dest)
         if not self._up(src, dest) or dest not in self.procs:
+            self._drop(src, dest)
+            return
+        if self.loss and self.rng.random() < self.loss:
+            self.break_link(src, dest, self.break_duration)
+            self.stats["lost"] += 1
             return
         delay = self.latency.sample(src, dest, self.rng)
         arrival = max(self.now + delay, self._last_arrival.get(link, 0.0))
@@ -130,7 +155,9 @@ class TokenRingCluster:
 
         def arrive() -> None:
             if self._epoch.get(link, 0) != epoch or not self._up(src, dest):
+                self._drop(src, dest)
                 return
+            self.stats["arrived"] += 1
             proc = self.procs[dest]
             proc.receive(src, message, self.now)
             self._flush(proc)
@@ -217,6 +244,10 @@ class TokenRingCluster:
     def staying(self) -> list[ProcessId]:
         """Processes alive and not excluded (still in the view or joining)."""
         return [p for p, proc in self.procs.items() if p not in self.crashed and not proc.excluded]
+
+    def in_flight(self) -> int:
+        s = self.stats
+        return s["sent"] - s["arrived"] - s["lost"] - s["cut"] - s["to_departed"]
 
     def latencies(self, pids: Iterable[ProcessId] | None = None) -> list[float]:
         """Delivery latency (delivery time minus broadcast time) of every

@@ -1,0 +1,325 @@
+"""Replicated counter on 3 loopback processes: EpTO (trio UDP, ZeroMQ) against PySyncObj (Raft).
+
+Every system runs as three OS processes on 127.0.0.1. Once all three are up
+(a barrier), each submits ``--commands`` small increment commands at
+``--rate`` per second (or as fast as it can with ``--rate 0``); every process
+applies every command it delivers to a counter and records when. Figures:
+
+* throughput: commands applied at every replica per second (3 x commands over
+  the time from the first submission to the last replica applying the last);
+* latency: from submission to application at the submitting replica (local)
+  and at the last of the three replicas (all), p50 and p99;
+* EpTO's floor: an event is delivered once stable, ``TTL`` rounds after it
+  was broadcast, so latency cannot go below TTL x round interval.
+
+The EpTO runs also check the three delivery sequences with ``epto.check``.
+Needs the ``trio`` and ``zmq`` extras and PySyncObj (``pip install pysyncobj``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import multiprocessing as mp
+import socket
+import threading
+import time
+from typing import Any
+
+SYSTEMS = ("epto-trio", "epto-zmq", "pysyncobj")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--commands", type=int, default=3000, help="commands per process")
+    p.add_argument("--rate", type=float, default=2000.0, help="commands/s per process; 0 = max")
+    p.add_argument("--round-interval", type=float, default=0.01, help="EpTO round, seconds")
+    p.add_argument("--clock", choices=("logical", "global"), default="global")
+    p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset")
+    p.add_argument("--timeout", type=float, default=120.0)
+    p.set_defaults(func=run)
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = []
+    for _ in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind(("127.0.0.1", 0))
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            u.bind(("127.0.0.1", s.getsockname()[1]))
+        except OSError:
+            u.close()
+            s.close()
+            continue
+        socks += [s, u]
+    ports = [s.getsockname()[1] for s in socks[::2]]
+    for s in socks:
+        s.close()
+    return ports[:n]
+
+
+def _protocol(args: argparse.Namespace) -> Any:
+    import epto
+
+    return epto.Config.for_group(3, clock=args.clock, round_interval=args.round_interval)
+
+
+def _pace(t0: float, k: int, rate: float) -> None:
+    if rate > 0:
+        delay = t0 + k / rate - time.time()
+        if delay > 0:
+            time.sleep(delay)
+
+
+# -- workers (one OS process each) ---------------------------------------------
+
+
+def _epto_zmq(
+    index: int, ports: list[int], args: argparse.Namespace, barrier: Any
+) -> dict[str, Any]:
+    transports = importlib.import_module("epto.transports")
+    zmq_node = importlib.import_module("epto.transports.zmq_node")
+    members = {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(ports)}
+    pid = index + 1
+    config = transports.NodeConfig(
+        pid=pid, bind=members[pid], members=members, epto=_protocol(args), seed=pid
+    )
+    total = 3 * args.commands
+    applied: dict[tuple[int, int], float] = {}
+    order: list[tuple[int, int]] = []
+    done = threading.Event()
+    with zmq_node.ZmqNode(config) as node:
+
+        def drain() -> None:
+            for delivery in node:
+                eid = delivery.event.id
+                applied[eid] = time.time()
+                order.append(eid)
+                if len(order) == total:
+                    done.set()
+                    return
+
+        threading.Thread(target=drain, daemon=True).start()
+        barrier.wait()
+        t0 = time.time()
+        submits = {}
+        for k in range(args.commands):
+            _pace(t0, k, args.rate)
+            submits[node.broadcast(b"incr")] = time.time()
+        done.wait(args.timeout)
+        return {"t0": t0, "submits": submits, "applied": applied, "order": order}
+
+
+def _epto_trio(
+    index: int, ports: list[int], args: argparse.Namespace, barrier: Any
+) -> dict[str, Any]:
+    import trio
+
+    transports = importlib.import_module("epto.transports")
+    trio_udp = importlib.import_module("epto.transports.trio_udp")
+    members = {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(ports)}
+    pid = index + 1
+    config = transports.NodeConfig(
+        pid=pid, bind=members[pid], members=members, epto=_protocol(args), seed=pid
+    )
+    total = 3 * args.commands
+    applied: dict[tuple[int, int], float] = {}
+    order: list[tuple[int, int]] = []
+    submits: dict[tuple[int, int], float] = {}
+    result: dict[str, Any] = {}
+
+    async def main() -> None:
+        async with trio_udp.TrioNode(config) as node:
+            await trio.to_thread.run_sync(barrier.wait)
+            t0 = result["t0"] = time.time()
+
+            async def submit() -> None:
+                for k in range(args.commands):
+                    if args.rate > 0:
+                        await trio.sleep_until(
+                            trio.current_time() + t0 + k / args.rate - time.time()
+                        )
+                    submits[node.broadcast(b"incr")] = time.time()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(submit)
+                with trio.move_on_after(args.timeout):
+                    async for delivery in node:
+                        eid = delivery.event.id
+                        applied[eid] = time.time()
+                        order.append(eid)
+                        if len(order) == total:
+                            break
+                nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    return {"t0": result["t0"], "submits": submits, "applied": applied, "order": order}
+
+
+def _pysyncobj(
+    index: int, ports: list[int], args: argparse.Namespace, barrier: Any
+) -> dict[str, Any]:
+    from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, replicated
+
+    applied: dict[tuple[int, int], float] = {}
+    total = 3 * args.commands
+    done = threading.Event()
+
+    class Counter(SyncObjConsumer):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.value = 0
+
+        @replicated  # type: ignore[untyped-decorator]
+        def inc(self, tag: tuple[int, int]) -> int:
+            self.value += 1
+            applied[tuple(tag)] = time.time()  # type: ignore[index]
+            if self.value == total:
+                done.set()
+            return self.value
+
+    addresses = [f"127.0.0.1:{p}" for p in ports]
+    counter = Counter()
+    conf = SyncObjConf(dynamicMembershipChange=False, commandsQueueSize=10 * total)
+    obj = SyncObj(
+        addresses[index], addresses[:index] + addresses[index + 1 :], consumers=[counter], conf=conf
+    )
+    deadline = time.time() + 30
+    while obj._getLeader() is None and time.time() < deadline:
+        time.sleep(0.01)
+    barrier.wait()
+    t0 = time.time()
+    submits = {}
+    errors = 0
+
+    def callback(_result: Any, error: Any) -> None:
+        nonlocal errors
+        if error != 0:
+            errors += 1
+
+    for k in range(args.commands):
+        _pace(t0, k, args.rate)
+        tag = (index + 1, k)
+        submits[tag] = time.time()
+        counter.inc(tag, callback=callback)
+    done.wait(args.timeout)
+    time.sleep(0.2)
+    obj.destroy()
+    return {"t0": t0, "submits": submits, "applied": applied, "order": [], "errors": errors}
+
+
+_WORKERS = {"epto-trio": _epto_trio, "epto-zmq": _epto_zmq, "pysyncobj": _pysyncobj}
+
+
+def _worker(
+    system: str, index: int, ports: list[int], args: argparse.Namespace, barrier: Any, queue: Any
+) -> None:
+    try:
+        queue.put((index, _WORKERS[system](index, ports, args, barrier)))
+    except BaseException as err:  # reported by the parent
+        queue.put((index, {"error": repr(err)}))
+        raise
+
+
+# -- the parent ------------------------------------------------------------------
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _measure(system: str, args: argparse.Namespace) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(3)
+    queue = ctx.Queue()
+    ports = _free_ports(3)
+    procs = [
+        ctx.Process(target=_worker, args=(system, i, ports, args, barrier, queue)) for i in range(3)
+    ]
+    for proc in procs:
+        proc.start()
+    results: dict[int, dict[str, Any]] = {}
+    try:
+        for _ in range(3):
+            index, result = queue.get(timeout=args.timeout + 60)
+            results[index] = result
+    finally:
+        for proc in procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
+    errors = [r["error"] for r in results.values() if "error" in r]
+    if errors:
+        return {"system": system, "error": "; ".join(errors)}
+    total = 3 * args.commands
+    t0 = min(r["t0"] for r in results.values())
+    complete = all(len(r["applied"]) == total for r in results.values())
+    finish = max(max(r["applied"].values(), default=t0) for r in results.values())
+    local, everywhere = [], []
+    for index, r in results.items():
+        for tag, submitted in r["submits"].items():
+            tag = tuple(tag)
+            if tag in r["applied"]:
+                local.append(r["applied"][tag] - submitted)
+            times = [o["applied"].get(tag) for o in results.values()]
+            if all(t is not None for t in times):
+                everywhere.append(max(times) - submitted)  # type: ignore[type-var,unused-ignore]
+        del index
+    out = {
+        "system": system,
+        "complete": complete,
+        "applied": min(len(r["applied"]) for r in results.values()),
+        "throughput": min(len(r["applied"]) for r in results.values()) / (finish - t0),
+        "local_p50": _percentile(local, 0.5),
+        "local_p99": _percentile(local, 0.99),
+        "all_p50": _percentile(everywhere, 0.5),
+        "all_p99": _percentile(everywhere, 0.99),
+    }
+    if system.startswith("epto"):
+        from epto.check import check
+
+        report = check({i: r["order"] for i, r in results.items()})
+        out["check"] = "ok" if report.ok else report.summary().replace("\n", "; ")
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    protocol = _protocol(args)
+    floor = protocol.ttl * protocol.round_interval
+    print(
+        f"3 processes on 127.0.0.1, {args.commands} commands each at "
+        f"{'max' if args.rate <= 0 else f'{args.rate:g}/s'} per process"
+    )
+    print(
+        f"EpTO: fanout {protocol.fanout}, TTL {protocol.ttl}, "
+        f"round {protocol.round_interval * 1000:g} ms, clock {protocol.clock}; "
+        f"nominal latency floor TTL x round = {floor * 1000:.0f} ms"
+    )
+    header = (
+        f"{'system':<11} {'applied/s':>10} {'local p50':>10} {'local p99':>10} "
+        f"{'all p50':>9} {'all p99':>9}  notes"
+    )
+    print(header)
+    status = 0
+    for system in args.systems.split(","):
+        r = _measure(system.strip(), args)
+        if "error" in r:
+            print(f"{system:<11} failed: {r['error']}")
+            status = 1
+            continue
+        notes = []
+        if not r["complete"]:
+            notes.append(f"incomplete: {r['applied']} of {3 * args.commands}")
+            status = 1
+        if "check" in r:
+            notes.append(f"order {r['check']}")
+        ms = 1000.0
+        print(
+            f"{r['system']:<11} {r['throughput']:>10.0f} {r['local_p50'] * ms:>8.1f}ms "
+            f"{r['local_p99'] * ms:>8.1f}ms {r['all_p50'] * ms:>7.1f}ms "
+            f"{r['all_p99'] * ms:>7.1f}ms  " + ", ".join(notes)
+        )
+    return status

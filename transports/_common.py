@@ -1,0 +1,402 @@
+"""What every driver shares: the node configuration, the codec seam, the
+sans-IO adapter that runs one EpTO process for a driver, the bounded delivery
+buffer with its overflow policy, and the node statistics.
+
+Every driver (memory, trio, ZeroMQ) runs the same loop around a
+:class:`CoreAdapter` (the aioquic ``transmit()`` shape): feed what arrived,
+run the round when the timer is due, send what the core wants sent, move
+deliveries to the application, sleep until the next deadline. Nothing here
+does I/O or reads a clock: drivers pass ``now`` in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections import deque
+from collections.abc import Mapping
+from typing import Any, Literal, Protocol, TypeAlias
+
+import attrs
+
+from epto import (
+    Config,
+    CyclonConfig,
+    Delivery,
+    EventId,
+    FrameCodec,
+    GroupKey,
+    GroupSealer,
+    Limits,
+    LocalProtocolError,
+    Node,
+    PeerDescriptor,
+    RemoteProtocolError,
+)
+from epto import ProcessId as ProcessId
+
+OverflowPolicy: TypeAlias = Literal["fail", "drop"]
+
+Address: TypeAlias = str
+"""Where a member is reached: ``"host:port"`` for the socket transports, any
+name on the in-memory hub."""
+
+
+class DeliveryOverflowError(LocalProtocolError):
+    """The application fell behind the group by more than ``delivery_buffer``
+    deliveries under the ``"fail"`` policy. The node has stopped: a replica that
+    silently skipped deliveries would diverge from the group."""
+
+
+class Codec(Protocol):
+    """Messages to datagrams and back (implemented by :class:`epto.FrameCodec`)."""
+
+    def encode(self, sender: ProcessId, message: Any) -> list[bytes]: ...
+
+    def decode(self, data: bytes, now: float = 0.0) -> Any:
+        """A frame with ``sender`` and ``message``; raises ``RemoteProtocolError``."""
+        ...
+
+
+def _check_members(_inst: object, _attr: object, value: Mapping[int, Address]) -> None:
+    for pid, address in value.items():
+        if not isinstance(pid, int) or not 0 <= pid < 2**64:
+            raise LocalProtocolError(f"members: process id must be in [0, 2**64), got {pid!r}")
+        if not isinstance(address, str):
+            raise LocalProtocolError(f"members: address of {pid} must be a str, got {address!r}")
+
+
+@attrs.frozen(kw_only=True)
+class NodeConfig:
+    """How to run one node; the same object serves every transport.
+
+    With the default full-view sampler, ``members`` maps every member (this
+    node included or not) to its address. With ``sampler=CyclonConfig(...)``,
+    ``members`` are the seeds the node starts its partial view with.
+    ``epto`` fixes the protocol parameters; when it is None they are derived
+    from ``group_size`` (or the number of members) with
+    :meth:`epto.Config.for_group` and ``round_interval``.
+    """
+
+    pid: ProcessId
+    bind: Address = "127.0.0.1:0"
+    """Where this node listens; port 0 picks a free port (see ``node.address``)."""
+    members: Mapping[ProcessId, Address] = attrs.field(factory=dict, validator=_check_members)
+    sampler: Literal["full"] | CyclonConfig = "full"
+    advertise: Address | None = None
+    """The address other members should use (Cyclon descriptors); default ``bind``."""
+    epto: Config | None = None
+    group_size: int | None = None
+    """Expected group size for derived parameters (default: the members given)."""
+    round_interval: float = 0.125
+    """Seconds between rounds when ``epto`` is None."""
+    clock: Literal["logical", "global"] = "logical"
+    """Used when ``epto`` is None. The global clock reads wall time (see docs)."""
+    tagged_delivery: bool = False
+    """Used when ``epto`` is None: deliver late events tagged OUT_OF_ORDER."""
+    group: int = 0
+    """Group id carried by every frame; frames of other groups are refused."""
+    group_key: GroupKey | None = None
+    """Seal every frame under this key (AEAD); unsealed or foreign frames are refused."""
+    limits: Limits = attrs.field(factory=Limits)
+    """Frame, ball and payload bounds (every member must use the same)."""
+    seed: int | None = None
+    """Seeds the peer choices; None draws a seed from the operating system."""
+    delivery_buffer: int = 100_000
+    """Deliveries held for an application that reads slower than the group delivers."""
+    overflow: OverflowPolicy = "fail"
+    """What happens when ``delivery_buffer`` is full: ``"fail"`` stops the node and
+    raises :class:`DeliveryOverflowError` to the reader; ``"drop"`` drops the new
+    deliveries and counts them (``deliveries_dropped``)."""
+    flush_timeout: float = 5.0
+    """Seconds ``close()`` keeps running rounds so that this node's own events
+    are gossiped TTL rounds before it leaves."""
+
+    def protocol_config(self) -> Config:
+        if self.epto is not None:
+            return self.epto
+        n = self.group_size or len(set(self.members) | {self.pid})
+        return Config.for_group(
+            max(2, n),
+            clock=self.clock,
+            round_interval=self.round_interval,
+            tagged_delivery=self.tagged_delivery,
+        )
+
+    def codec(self, now: float, rng: random.Random) -> FrameCodec:
+        """The frame codec of this node (sealing when a group key is set).
+
+        ``now`` (wall seconds) starts the nonce counter above anything a
+        previous run of this process used.
+        """
+        sealer = None
+        if self.group_key is not None:
+            sealer = GroupSealer(self.group_key, counter_start=int(now * 1e6), rng=rng)
+        return FrameCodec(group=self.group, limits=self.limits, sealer=sealer)
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class TransportStatistics:
+    """Counters of one node (all transports report the same fields)."""
+
+    rounds: int
+    broadcasts: int
+    delivered: int
+    delivered_out_of_order: int
+    holes_detected: int
+    """Sequence numbers skipped in some source's delivered events: events this
+    node knows it will never deliver in order."""
+    late_rejected: int
+    """Copies that arrived after the order had passed them (``rejected_stale``)."""
+    balls_received: int
+    balls_sent: int
+    datagrams_sent: int
+    datagrams_received: int
+    send_failures: int
+    rejected: Mapping[str, int]
+    """Frames refused, by fault (``"truncated"``, ``"bad-magic"``, ...)."""
+    delivery_queue: int
+    """Deliveries waiting for the application."""
+    deliveries_dropped: int
+    pending: int
+    """Events received and not yet delivered by the core."""
+    members: int
+    """Members known: the full view (this node included), or the Cyclon view plus one."""
+
+
+class DeliveryBuffer:
+    """The bounded queue between the core and the application.
+
+    Drivers never block on it: rounds (and therefore gossip to the group) go on
+    whatever the application does. When it is full the policy applies.
+    """
+
+    __slots__ = ("_items", "capacity", "dropped", "overflowed", "policy")
+
+    def __init__(self, capacity: int, policy: OverflowPolicy) -> None:
+        if capacity < 1:
+            raise LocalProtocolError(f"delivery_buffer must be positive, got {capacity}")
+        if policy not in ("fail", "drop"):
+            raise LocalProtocolError(f"overflow must be 'fail' or 'drop', got {policy!r}")
+        self.capacity = capacity
+        self.policy = policy
+        self._items: deque[Delivery] = deque()
+        self.dropped = 0
+        self.overflowed = False
+
+    def put(self, delivery: Delivery) -> bool:
+        """Queue one delivery; False when the policy refused it."""
+        if len(self._items) >= self.capacity:
+            if self.policy == "drop":
+                self.dropped += 1
+                return False
+            self.overflowed = True
+            return False
+        self._items.append(delivery)
+        return True
+
+    def get(self) -> Delivery | None:
+        return self._items.popleft() if self._items else None
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class CoreAdapter:
+    """One :class:`epto.Node` (EpTO process and peer sampler) plus what a
+    driver needs around it: the frame codec, member addresses, flush
+    tracking, hole detection and rejection counters.
+
+    Sans-IO: every method takes ``now`` (seconds) where time matters; drivers
+    move the bytes.
+    """
+
+    def __init__(self, config: NodeConfig, now: float, rng: random.Random | None = None) -> None:
+        self.config = config
+        self.pid = config.pid
+        self.protocol = config.protocol_config()
+        system = rng if rng is not None else random.Random(random.SystemRandom().getrandbits(64))
+        seed = config.seed if config.seed is not None else system.getrandbits(64)
+        self.codec = config.codec(now, system)
+        self.addresses: dict[ProcessId, Address] = dict(config.members)
+        self.addresses.pop(config.pid, None)
+        advertise = (config.advertise or config.bind).encode()
+        if isinstance(config.sampler, CyclonConfig):
+            seeds = [
+                PeerDescriptor(pid=pid, address=address.encode(), age=0)
+                for pid, address in self.addresses.items()
+            ]
+            self.node = Node(
+                config.pid,
+                self.protocol,
+                rng=random.Random(seed),
+                now=now,
+                sampler=config.sampler,
+                seeds=seeds,
+                address=advertise,
+            )
+        else:
+            self.node = Node(
+                config.pid,
+                self.protocol,
+                rng=random.Random(seed),
+                now=now,
+                members=[config.pid, *self.addresses],
+                address=advertise,
+            )
+        self.buffer = DeliveryBuffer(config.delivery_buffer, config.overflow)
+        self.rejected: dict[str, int] = {}
+        self.datagrams_sent = 0
+        self.datagrams_received = 0
+        self.send_failures = 0
+        self.holes = 0
+        self._last_seq: dict[ProcessId, int] = {}
+        self._last_broadcast_round = -1
+
+    # -- membership (full view) ---------------------------------------------
+
+    def add_member(self, pid: ProcessId, address: Address) -> None:
+        """Add a member to a full view (Cyclon learns members by itself)."""
+        if pid == self.pid:
+            return
+        self.addresses[pid] = address
+        if self.node.full_view is not None:
+            self.node.full_view.membership.add(pid)
+
+    def remove_member(self, pid: ProcessId) -> None:
+        self.addresses.pop(pid, None)
+        if self.node.full_view is not None:
+            self.node.full_view.membership.discard(pid)
+
+    # -- inputs -------------------------------------------------------------
+
+    def broadcast(self, payload: bytes, now: float) -> EventId:
+        limit = self.config.limits.max_payload_size
+        if len(payload) > limit:
+            raise LocalProtocolError(
+                f"payload of {len(payload)} bytes exceeds limits.max_payload_size={limit}"
+            )
+        eid = self.node.broadcast(payload, now)
+        self._last_broadcast_round = self.node.process.statistics().rounds
+        return eid
+
+    def receive_datagram(self, data: bytes, now: float) -> None:
+        """Decode one datagram and feed it; bad input is counted, never raised."""
+        self.datagrams_received += 1
+        try:
+            frame = self.codec.decode(data, now)
+        except RemoteProtocolError as err:
+            self.reject(err.fault)
+            return
+        self.receive(frame.sender, frame.message, now)
+
+    def receive(self, sender: ProcessId, message: object, now: float) -> None:
+        """Feed one decoded message (the in-memory hub skips the bytes)."""
+        # The node counts what it refuses (statistics merge its counters).
+        with contextlib.suppress(RemoteProtocolError):
+            self.node.receive(sender, message, now)
+
+    def reject(self, fault: str) -> None:
+        self.rejected[fault] = self.rejected.get(fault, 0) + 1
+
+    def handle_timer(self, now: float) -> None:
+        self.node.handle_timer(now)
+
+    def leave(self, now: float) -> None:
+        """Tell the peer sampler's view that this node leaves (Cyclon)."""
+        self.node.leave(now)
+
+    # -- outputs ------------------------------------------------------------
+
+    def timer(self) -> float:
+        return self.node.get_timer()
+
+    def address_of(self, pid: ProcessId) -> Address | None:
+        address = self.addresses.get(pid)
+        if address is None:
+            raw = self.node.address_of(pid)
+            if raw is not None:
+                try:
+                    address = raw.decode()
+                except UnicodeDecodeError:
+                    return None
+        return address
+
+    def outgoing(self) -> list[tuple[Address, object]]:
+        """``(address, message)`` for every message the core wants sent."""
+        out: list[tuple[Address, object]] = []
+        for dest, message in self.node.messages_to_send():
+            address = self.address_of(dest)
+            if address is None:
+                self.send_failures += 1
+                continue
+            out.append((address, message))
+        return out
+
+    def encode(self, message: object) -> list[bytes]:
+        return self.codec.encode(self.pid, message)
+
+    def pump(self) -> int:
+        """Move the core's deliveries into the buffer; returns how many."""
+        moved = 0
+        buffer = self.buffer
+        last_seq = self._last_seq
+        for delivery in self.node.deliveries():
+            event = delivery.event
+            previous = last_seq.get(event.source)
+            if previous is not None and event.seq > previous + 1:
+                self.holes += event.seq - previous - 1
+            if previous is None or event.seq > previous:
+                last_seq[event.source] = event.seq
+            if buffer.put(delivery):
+                moved += 1
+            elif buffer.overflowed:
+                break
+        return moved
+
+    def flushed(self) -> bool:
+        """True once this node's last event has been gossiped TTL rounds."""
+        if self._last_broadcast_round < 0:
+            return True
+        rounds = self.node.process.statistics().rounds
+        return rounds > self._last_broadcast_round + self.protocol.ttl
+
+    def statistics(self) -> TransportStatistics:
+        s = self.node.process.statistics()
+        rejected = dict(self.rejected)
+        node_stats = self.node.statistics()
+        sampler_rejected = node_stats.sampler.rejected if node_stats.sampler else {}
+        for counts in (node_stats.rejected, sampler_rejected):
+            for fault, count in counts.items():
+                rejected[fault] = rejected.get(fault, 0) + count
+        if self.node.full_view is not None:
+            members = len(self.node.full_view.membership)
+        else:
+            members = node_stats.sampler.view_size + 1 if node_stats.sampler else 1
+        return TransportStatistics(
+            rounds=s.rounds,
+            broadcasts=s.broadcasts,
+            delivered=s.delivered,
+            delivered_out_of_order=s.delivered_out_of_order,
+            holes_detected=self.holes,
+            late_rejected=s.rejected_stale,
+            balls_received=s.balls_received,
+            balls_sent=s.balls_sent,
+            datagrams_sent=self.datagrams_sent,
+            datagrams_received=self.datagrams_received,
+            send_failures=self.send_failures,
+            rejected=rejected,
+            delivery_queue=len(self.buffer),
+            deliveries_dropped=self.buffer.dropped,
+            pending=s.pending,
+            members=members,
+        )
+
+
+def parse_host_port(address: Address) -> tuple[str, int]:
+    """``"host:port"`` to ``(host, port)``."""
+    if isinstance(address, str):
+        host, sep, port = address.rpartition(":")
+        if sep and host and port.isdigit():
+            return host.strip("[]"), int(port)
+    raise LocalProtocolError(f"address must be 'host:port', got {address!r}")

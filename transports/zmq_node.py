@@ -1,0 +1,313 @@
+"""EpTO over ZeroMQ, for deployments that already run ZeroMQ.
+
+Each node binds one PULL socket to receive and connects one PUSH socket per
+peer the first time it sends to that peer. pyzmq does not speak trio, so the
+node runs its own loop in a thread: ``zmq.Poller`` with the core's next round
+deadline as the poll timeout. The application side is synchronous and
+thread-safe: :meth:`ZmqNode.broadcast`, a blocking iterator of deliveries
+(:meth:`ZmqNode.get` with a timeout), :meth:`ZmqNode.close`.
+
+::
+
+    with ZmqNode(NodeConfig(pid=1, bind="127.0.0.1:9001", members=members)) as node:
+        node.broadcast(b"hello")
+        for delivery in node:
+            ...
+
+ZeroMQ links are TCP: messages to a peer that is down queue up to the send
+high-water mark, then are dropped and counted (``send_failures``); EpTO's
+redundancy covers them. Messages larger than twice ``limits.max_frame_size``
+make libzmq drop the connection of the peer that sent them
+(``ZMQ_MAXMSGSIZE``); smaller ones that are still too big are counted as
+``oversized``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any, Self
+
+import zmq
+
+from epto import Delivery, EventId, LocalProtocolError, ProcessId
+
+from ._common import (
+    Address,
+    CoreAdapter,
+    DeliveryOverflowError,
+    NodeConfig,
+    TransportStatistics,
+    parse_host_port,
+)
+
+__all__ = ["ZmqNode"]
+
+_SEND_HWM = 1000
+_RECV_BATCH = 512
+
+
+def endpoint(address: Address) -> str:
+    """``"host:port"`` to ``"tcp://host:port"``."""
+    host, port = parse_host_port(address)
+    return f"tcp://{host}:{port}"
+
+
+class ZmqNode:
+    """One EpTO node over ZeroMQ; start it with ``with`` or :meth:`start`."""
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        *,
+        context: zmq.Context[Any] | None = None,
+    ) -> None:
+        self.config = config
+        self._context = context or zmq.Context.instance()
+        self._offset = time.time() - time.monotonic()
+        self._cond = threading.Condition()
+        self._core = CoreAdapter(config, self._now())
+        self._state = "new"
+        self._thread: threading.Thread | None = None
+        self._pull: zmq.Socket[Any] | None = None
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._push: dict[Address, zmq.Socket[Any]] = {}
+        self._error: BaseException | None = None
+        self._members_changed = True
+        self.address = ""
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def start(self) -> Self:
+        """Bind and start the poller thread."""
+        if self._state != "new":
+            raise LocalProtocolError("a node can be started once")
+        pull = self._context.socket(zmq.PULL)
+        pull.setsockopt(zmq.LINGER, 0)
+        pull.setsockopt(zmq.MAXMSGSIZE, 2 * self.config.limits.max_frame_size)
+        host, port = parse_host_port(self.config.bind)
+        try:
+            if port == 0:
+                port = pull.bind_to_random_port(f"tcp://{host}")
+            else:
+                pull.bind(f"tcp://{host}:{port}")
+        except BaseException:
+            pull.close(0)
+            raise
+        self._pull = pull
+        self.address = f"{host}:{port}"
+        self._state = "running"
+        self._thread = threading.Thread(
+            target=self._run, name=f"epto-zmq-{self.config.pid}", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop broadcasting, keep running rounds until this node's events have
+        been gossiped TTL rounds (at most ``flush_timeout`` seconds), then stop."""
+        flush = self.config.flush_timeout if timeout is None else timeout
+        with self._cond:
+            if self._state == "running":
+                self._state = "closing"
+                deadline = time.monotonic() + flush
+                # The poller thread leaves (and says so to Cyclon peers) once flushed.
+                while self._state == "closing":
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+        self.abort()
+
+    def abort(self) -> None:
+        """Stop at once (what a crash looks like to the group)."""
+        with self._cond:
+            if self._state == "closed" or self._state == "new":
+                self._state = "closed"
+                self._wake_r.close()
+                self._wake_w.close()
+                return
+            self._state = "closed"
+            self._cond.notify_all()
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    # -- application API (thread-safe) -------------------------------------
+
+    def broadcast(self, payload: bytes) -> EventId:
+        with self._cond:
+            if self._state != "running":
+                raise LocalProtocolError(f"cannot broadcast on a node that is {self._state}")
+            return self._core.broadcast(payload, self._now())
+
+    def get(self, timeout: float | None = None) -> Delivery | None:
+        """The next delivery; None after ``timeout`` seconds or once the node is
+        closed and drained. Raises :class:`DeliveryOverflowError` under the
+        ``"fail"`` policy when the application fell too far behind."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                delivery = self._core.buffer.get()
+                if delivery is not None:
+                    return delivery
+                if self._core.buffer.overflowed:
+                    raise DeliveryOverflowError(
+                        f"more than {self._core.buffer.capacity} deliveries waited"
+                    )
+                if self._error is not None:
+                    raise RuntimeError("the node's poller thread failed") from self._error
+                if self._state == "closed":
+                    return None
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                self._cond.wait(left)
+
+    def __iter__(self) -> Iterator[Delivery]:
+        """Every delivery, blocking, until the node is closed."""
+        while (delivery := self.get()) is not None:
+            yield delivery
+
+    def add_member(self, pid: ProcessId, address: Address) -> None:
+        with self._cond:
+            self._core.add_member(pid, address)
+            self._members_changed = True
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"m")
+
+    def remove_member(self, pid: ProcessId) -> None:
+        with self._cond:
+            self._core.remove_member(pid)
+
+    def statistics(self) -> TransportStatistics:
+        with self._cond:
+            return self._core.statistics()
+
+    @property
+    def pid(self) -> ProcessId:
+        return self.config.pid
+
+    # -- the poller thread --------------------------------------------------
+
+    def _now(self) -> float:
+        return self._offset + time.monotonic()
+
+    def _run(self) -> None:
+        pull = self._pull
+        assert pull is not None
+        poller = zmq.Poller()
+        poller.register(pull, zmq.POLLIN)
+        wake_fd = self._wake_r.fileno()
+        poller.register(wake_fd, zmq.POLLIN)
+        core = self._core
+        try:
+            while True:
+                with self._cond:
+                    if self._state == "closed":
+                        return
+                    wait = core.timer() - self._now()
+                # After leaving, the core has no timer: wait for arrivals or close().
+                timeout_ms = max(0, math.ceil(wait * 1000)) if math.isfinite(wait) else None
+                ready = dict(poller.poll(timeout_ms))
+                if wake_fd in ready:
+                    with contextlib.suppress(OSError):
+                        self._wake_r.recv(4096)
+                if pull in ready:
+                    self._receive_batch(pull)
+                with self._cond:
+                    if self._state == "closed":
+                        return
+                    if self._members_changed:
+                        self._members_changed = False
+                        self._connect_members()
+                    core.handle_timer(self._now())
+                    if self._state == "closing" and core.flushed():
+                        core.leave(self._now())
+                        self._state = "left"
+                    outgoing = core.outgoing()
+                    for address, message in outgoing:
+                        for frame in core.encode(message):
+                            self._send(address, frame)
+                    core.pump()
+                    self._cond.notify_all()  # readers, and close() waiting for "left"
+                    if core.buffer.overflowed:
+                        self._state = "closed"
+                        return
+        except BaseException as err:  # surfaced to readers, never swallowed
+            with self._cond:
+                self._error = err
+                self._state = "closed"
+                self._cond.notify_all()
+            raise
+        finally:
+            for sock in self._push.values():
+                sock.close(0)
+            self._push.clear()
+            pull.close(0)
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _receive_batch(self, pull: zmq.Socket[Any]) -> None:
+        arrivals = []
+        for _ in range(_RECV_BATCH):
+            try:
+                arrivals.append(pull.recv(zmq.NOBLOCK, copy=True))
+            except zmq.Again:
+                break
+        with self._cond:
+            core = self._core
+            now = self._now()
+            for data in arrivals:
+                core.receive_datagram(data, now)
+
+    def _connect(self, address: Address) -> zmq.Socket[Any]:
+        sock = self._push.get(address)
+        if sock is None:
+            sock = self._context.socket(zmq.PUSH)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.SNDHWM, _SEND_HWM)
+            # Peers that start later are found within 10-200 ms, not libzmq's 100 ms+.
+            sock.setsockopt(zmq.RECONNECT_IVL, 10)
+            sock.setsockopt(zmq.RECONNECT_IVL_MAX, 200)
+            sock.connect(endpoint(address))
+            self._push[address] = sock
+        return sock
+
+    def _connect_members(self) -> None:
+        """Open links to every known member ahead of the first ball: the TCP
+        and ZeroMQ handshakes then overlap the first rounds instead of
+        delaying the first events by a round trip or more."""
+        for address in list(self._core.addresses.values()):
+            if address not in self._push:
+                self._connect(address)
+
+    def _send(self, address: Address, frame: bytes) -> None:
+        core = self._core
+        sock = self._connect(address)
+        try:
+            sock.send(frame, zmq.NOBLOCK)
+            core.datagrams_sent += 1
+        except zmq.Again:
+            core.send_failures += 1
