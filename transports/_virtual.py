@@ -26,8 +26,8 @@ and updated on churn; nothing is copied per process.
 
 EpTO processes only produce output in a round (``receive`` only fills the next
 ball, EpTO paper Algorithm 1), so outputs are drained after timers and
-broadcasts; :meth:`Simulation.step` drains after every input when
-``drain_every_input=True`` for cores that behave otherwise.
+broadcasts; set ``Simulation.drain_every_input = True`` to drain after every
+arrival too, for a core that behaves otherwise.
 """
 
 from __future__ import annotations
