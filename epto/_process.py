@@ -277,10 +277,19 @@ class Process:
         if merged:
             self._pending = []
             # Age every copy by one: the layers move up one ttl, unchanged.
-            ball = LayeredBall._of_layers({ttl + 1: layer for ttl, layer in merged.items()})
+            aged = {ttl + 1: layer for ttl, layer in merged.items()}
+            ball = LayeredBall._of_layers(aged)
             targets = self.peers.sample(self._fanout, self._rng)
-            self._outbox.extend((dest, ball) for dest in targets)
-            self._balls_sent += len(targets)
+            if targets:
+                self._outbox.extend((dest, ball) for dest in targets)
+                self._balls_sent += len(targets)
+            else:
+                # Nobody to gossip to (a partial view emptied by churn or a
+                # join still in progress). Algorithm 1 assumes K peers are
+                # always there and would lose these copies; keep relaying them
+                # next round instead. Merging keeps the larger ttl and drops
+                # copies at TTL, so this cannot relay anything forever.
+                self._pending = [aged]
         else:
             ball = _EMPTY_BALL
         self._ordering.order(ball)

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import epto
 from epto import Config, Event, EventId, FullView, LayeredBall, Process
 
 BallFactory = Callable[[dict[EventId, tuple[Event, int]]], Mapping[EventId, tuple[Event, int]]]
@@ -284,3 +285,41 @@ def test_both_merges_keep_the_largest_ttl_below_the_limit(
         assert all(layer for layer in merged.values())
         assert list(merged) == sorted(merged)
         assert sum(map(len, merged.values())) == len(flat)
+
+
+class _NoPeersAtFirst:
+    """A sampler with an empty view for its first ``empty_rounds`` calls."""
+
+    def __init__(self, peer: int, empty_rounds: int) -> None:
+        self.peer = peer
+        self.empty_rounds = empty_rounds
+
+    def sample(self, k: int, rng: random.Random) -> list[int]:
+        if self.empty_rounds:
+            self.empty_rounds -= 1
+            return []
+        return [self.peer]
+
+
+def test_a_round_without_peers_keeps_the_ball_for_the_next_round() -> None:
+    config = epto.Config(fanout=1, ttl=5, round_interval=1.0)
+    proc = epto.Process(1, config, peers=_NoPeersAtFirst(2, 2), rng=random.Random(1), now=0.0)
+    eid = proc.broadcast(b"x", 0.0)
+    for t in (1.0, 2.0):
+        proc.handle_timer(t)
+        assert proc.messages_to_send() == []
+    proc.handle_timer(3.0)
+    [(dest, ball)] = proc.messages_to_send()
+    assert dest == 2
+    assert ball[eid][1] == 3  # aged every round it waited
+
+
+def test_copies_waiting_for_peers_still_stop_at_ttl() -> None:
+    config = epto.Config(fanout=1, ttl=2, round_interval=1.0)
+    proc = epto.Process(1, config, peers=_NoPeersAtFirst(2, 10), rng=random.Random(1), now=0.0)
+    proc.broadcast(b"x", 0.0)
+    for t in range(1, 12):
+        proc.handle_timer(float(t))
+        assert proc.messages_to_send() == []
+    assert proc.memory_sizes()["next_ball"] == 0
+    assert [d.event.payload for d in proc.deliveries()] == [b"x"]
