@@ -115,7 +115,7 @@ def all_deliveries(c: Cluster) -> dict[int, Iterable[tuple[int, int]]]:
 
 
 @settings(
-    max_examples=120,
+    max_examples=200,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow],

@@ -129,9 +129,10 @@ class PlanetLabLatency:
     ``per_link=True`` (the default) maps process ``p`` onto node ``p mod 226``
     and gives every message of a link the measured latency of that pair of
     nodes, as the paper authors' simulator does: some processes are far from
-    every other, which is what produces the delivery tail. Processes mapped to
-    the same node get the sample's smallest latency between them; pairs the
-    sample lacks (about 4 %) get a fixed draw from the empirical distribution.
+    every other, which is what produces the delivery tail. Pairs the sample
+    lacks (about 4 %) and processes mapped to the same node (from 227
+    processes on) get a fixed draw from the empirical distribution, so that
+    the latencies over all pairs of processes keep the sample's distribution.
 
     ``per_link=False`` draws every message independently from the empirical
     distribution of the 48,859 measurements.
@@ -154,9 +155,8 @@ class PlanetLabLatency:
             n = _PLANETLAB_NODES
             filled = list(matrix)
             for i in range(n):
-                filled[i * n + i] = self._samples[0] / self._scale
                 for j in range(n):
-                    if math.isnan(filled[i * n + j]):
+                    if i == j or math.isnan(filled[i * n + j]):
                         u = _mix(min(i, j), max(i, j), salt)
                         filled[i * n + j] = samples[int(u * len(samples))]
             self._matrix = tuple(v * self._scale for v in filled)

@@ -307,8 +307,8 @@ class Simulation:
 
         def tick() -> None:
             carry[0] += per_round
-            count = int(carry[0])
-            carry[0] -= count
+            count = int(carry[0] + 1e-9)  # 10 x 0.1 is one process, not zero
+            carry[0] = max(0.0, carry[0] - count)
             if count:
                 self.churn(min(count, max(0, len(self.membership) - 1)))
             nxt = self.now + step

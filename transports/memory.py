@@ -92,15 +92,30 @@ class MemoryNode(TrioNodeBase):
     async def _receive_loop(self) -> None:
         inbox = self._inbox
         assert inbox is not None
-        core = self._require_core()
         async for item in inbox:
-            if isinstance(item, bytes | bytearray):
-                self._feed_datagram(bytes(item))
-            elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], int):
-                self._feed(item[0], item[1])
-            else:
-                core.datagrams_received += 1
-                core.reject("not-a-message")
+            self._accept(item)
+            self._drain_arrivals()
+
+    def _drain_arrivals(self) -> None:
+        inbox = self._inbox
+        if inbox is None:
+            return
+        while True:
+            try:
+                item = inbox.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                return
+            self._accept(item)
+
+    def _accept(self, item: object) -> None:
+        if isinstance(item, bytes | bytearray):
+            self._feed_datagram(bytes(item))
+        elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], int):
+            self._feed(item[0], item[1])
+        else:
+            core = self._require_core()
+            core.datagrams_received += 1
+            core.reject("not-a-message")
 
     async def _send(self, address: Address, message: object) -> None:
         core = self._require_core()

@@ -27,6 +27,7 @@ from ._trio_base import TrioNodeBase
 __all__ = ["TrioNode"]
 
 _RECV_SIZE = 65_536
+_DRAIN_BATCH = 1024
 
 
 class TrioNode(TrioNodeBase):
@@ -69,6 +70,22 @@ class TrioNode(TrioNodeBase):
                 # ICMP errors surface here on some systems; a lost peer is not our fault.
                 core.reject("socket-error")
                 continue
+            self._feed_datagram(data)
+            self._drain_arrivals()
+
+    def _drain_arrivals(self) -> None:
+        raw = self._raw
+        if raw is None:
+            return
+        core = self._require_core()
+        for _ in range(_DRAIN_BATCH):
+            try:
+                data = raw.recv(_RECV_SIZE)
+            except BlockingIOError:
+                return
+            except OSError:
+                core.reject("socket-error")
+                return
             self._feed_datagram(data)
 
     async def _send(self, address: Address, message: object) -> None:

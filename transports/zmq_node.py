@@ -79,6 +79,7 @@ class ZmqNode:
         self._wake_r.setblocking(False)
         self._push: dict[Address, zmq.Socket[Any]] = {}
         self._error: BaseException | None = None
+        self._members_changed = True
         self.address = ""
 
     # -- lifecycle ----------------------------------------------------------
@@ -192,6 +193,9 @@ class ZmqNode:
     def add_member(self, pid: ProcessId, address: Address) -> None:
         with self._cond:
             self._core.add_member(pid, address)
+            self._members_changed = True
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"m")
 
     def remove_member(self, pid: ProcessId) -> None:
         with self._cond:
@@ -215,7 +219,8 @@ class ZmqNode:
         assert pull is not None
         poller = zmq.Poller()
         poller.register(pull, zmq.POLLIN)
-        poller.register(self._wake_r.fileno(), zmq.POLLIN)
+        wake_fd = self._wake_r.fileno()
+        poller.register(wake_fd, zmq.POLLIN)
         core = self._core
         try:
             while True:
@@ -226,11 +231,17 @@ class ZmqNode:
                 # After leaving, the core has no timer: wait for arrivals or close().
                 timeout_ms = max(0, math.ceil(wait * 1000)) if math.isfinite(wait) else None
                 ready = dict(poller.poll(timeout_ms))
+                if wake_fd in ready:
+                    with contextlib.suppress(OSError):
+                        self._wake_r.recv(4096)
                 if pull in ready:
                     self._receive_batch(pull)
                 with self._cond:
                     if self._state == "closed":
                         return
+                    if self._members_changed:
+                        self._members_changed = False
+                        self._connect_members()
                     core.handle_timer(self._now())
                     if self._state == "closing" and core.flushed():
                         core.leave(self._now())
@@ -271,15 +282,30 @@ class ZmqNode:
             for data in arrivals:
                 core.receive_datagram(data, now)
 
-    def _send(self, address: Address, frame: bytes) -> None:
-        core = self._core
+    def _connect(self, address: Address) -> zmq.Socket[Any]:
         sock = self._push.get(address)
         if sock is None:
             sock = self._context.socket(zmq.PUSH)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.SNDHWM, _SEND_HWM)
+            # Peers that start later are found within 10-200 ms, not libzmq's 100 ms+.
+            sock.setsockopt(zmq.RECONNECT_IVL, 10)
+            sock.setsockopt(zmq.RECONNECT_IVL_MAX, 200)
             sock.connect(endpoint(address))
             self._push[address] = sock
+        return sock
+
+    def _connect_members(self) -> None:
+        """Open links to every known member ahead of the first ball: the TCP
+        and ZeroMQ handshakes then overlap the first rounds instead of
+        delaying the first events by a round trip or more."""
+        for address in list(self._core.addresses.values()):
+            if address not in self._push:
+                self._connect(address)
+
+    def _send(self, address: Address, frame: bytes) -> None:
+        core = self._core
+        sock = self._connect(address)
         try:
             sock.send(frame, zmq.NOBLOCK)
             core.datagrams_sent += 1

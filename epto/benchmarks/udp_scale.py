@@ -16,7 +16,8 @@ from typing import Any
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=int, default=200)
-    p.add_argument("--events", type=int, default=1, help="broadcasts per node")
+    p.add_argument("--events", type=int, default=1, help="broadcasts per broadcasting node")
+    p.add_argument("--senders", type=int, help="nodes that broadcast (default: all)")
     p.add_argument("--round-interval", type=float, default=0.2, help="seconds")
     p.add_argument("--fanout", type=int, help="K (default: the EpTO paper's value)")
     p.add_argument("--ttl", type=int, help="TTL (default: the EpTO paper's value)")
@@ -47,8 +48,12 @@ async def _main(args: argparse.Namespace) -> int:
         ttl=args.ttl or derived.ttl,
         round_interval=args.round_interval,
     )
-    print(f"nodes={n} fanout={config.fanout} ttl={config.ttl} round={config.round_interval}s")
-    total = n * args.events
+    print(
+        f"nodes={n} fanout={config.fanout} ttl={config.ttl} "
+        f"round={config.round_interval}s events={min(n, args.senders or n) * args.events}"
+    )
+    senders = min(n, args.senders or n)
+    total = senders * args.events
     sequences: dict[int, list[tuple[int, int]]] = {pid: [] for pid in range(n)}
     complete = trio.Event()
     finished = 0
@@ -80,7 +85,7 @@ async def _main(args: argparse.Namespace) -> int:
         setup = time.perf_counter() - started
         t0 = time.perf_counter()
         for k in range(args.events):
-            for node in nodes:
+            for node in nodes[:senders]:
                 node.broadcast(b"event %d of %d" % (k, node.pid))
         with trio.move_on_after(args.timeout):
             await complete.wait()

@@ -65,7 +65,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--group-key-file",
-        help="seal every frame under this group key (32 raw bytes or 64 hex digits)",
+        help="seal every frame under this group key (epto keygen group, or 64 hex digits)",
     )
     p.add_argument("--group", type=int, default=0, help="group id carried by every frame")
     p.add_argument(
@@ -100,7 +100,7 @@ def _config(args: argparse.Namespace) -> Any:
         )
     group_key = None
     if args.group_key_file:
-        group_key = epto.GroupKey(key_id=1, secret=_read_key(args.group_key_file))
+        group_key = _read_key(args.group_key_file)
     return NodeConfig(
         pid=args.id,
         group=args.group,
@@ -118,17 +118,24 @@ def _config(args: argparse.Namespace) -> Any:
     )
 
 
-def _read_key(path: str) -> bytes:
+def _read_key(path: str) -> Any:
+    """A group key from ``epto keygen group`` (JSON), or 32 raw bytes / 64 hex digits."""
+    import epto
+
     with open(path, "rb") as f:
         raw = f.read().strip()
+    if raw.startswith(b"{"):
+        from epto.keys import load_group_key
+
+        return load_group_key(path)
     if len(raw) == 64:
         try:
-            return bytes.fromhex(raw.decode("ascii"))
+            return epto.GroupKey(key_id=1, secret=bytes.fromhex(raw.decode("ascii")))
         except ValueError:
             pass
     if len(raw) != 32:
-        raise SystemExit(f"epto node: {path} must hold 32 bytes or 64 hex digits")
-    return raw
+        raise SystemExit(f"epto node: {path} must be a keygen file, 32 bytes or 64 hex digits")
+    return epto.GroupKey(key_id=1, secret=raw)
 
 
 class _Sink:

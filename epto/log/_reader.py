@@ -146,10 +146,15 @@ def read_log(
 
 
 def _node_of(segments: list[Segment]) -> int:
+    """The node id in the first segment's header (-1 while it is being created)."""
     for seg in segments:
-        _data, node, _, _ = _frames(seg)
-        if node >= 0:
-            return node
+        try:
+            with open(seg.path, "rb") as f:
+                head = f.read(HEADER_SIZE)
+        except FileNotFoundError:
+            head = seg.path.with_name(segment_name(seg.first_index, closed=True)).read_bytes()
+        if len(head) >= HEADER_SIZE:
+            return decode_header(head[:HEADER_SIZE], str(seg.path))[0]
     return -1
 
 

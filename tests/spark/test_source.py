@@ -10,7 +10,8 @@ import pytest
 
 from epto.log import DeliveryLogWriter, list_nodes, log_bounds, read_log
 from epto.spark._options import limit_offsets, parse_options
-from tests.spark._cluster import run_cluster
+
+from ._cluster import run_cluster
 
 pytestmark = pytest.mark.spark
 

@@ -34,11 +34,12 @@ def protocol(n: int) -> epto.Config:
     Agreement in EpTO holds when copies arrive within TTL rounds; a process
     whose event loop lags by more than that shows holes (safety still holds).
     The round interval grows with the group so that the per-second work of the
-    process stays small; the TTL is generous.
+    process stays small; the TTL is generous (0.4 s and more), so that a test
+    process descheduled for a while on a busy machine still meets it.
     """
-    interval = 0.01 if n <= 5 else 0.05
+    interval = 0.02 if n <= 5 else 0.05
     return epto.Config(
-        fanout=min(n - 1, 4), ttl=2 * math.ceil(math.log2(n)) + 6, round_interval=interval
+        fanout=min(n - 1, 4), ttl=2 * math.ceil(math.log2(n)) + 16, round_interval=interval
     )
 
 
@@ -184,9 +185,12 @@ async def node_joins(transport: Transport) -> None:
         await g.wait_delivered(joined, [*pids, 9])
         assert_safe(g)
         assert all(g.sequences[p] == g.sequences[1] for p in pids)
-        # The newcomer's sequence is the tail of everyone else's.
-        tail = g.sequences[9]
-        assert g.sequences[1][-len(tail) :] == tail
+        # Everything broadcast after the join ends everyone's sequence, in the
+        # same order at the newcomer (which may also have caught old events
+        # still in flight: a subsequence of the others', by the order check).
+        recent = len(news) + len(joined)
+        assert set(g.sequences[1][-recent:]) == news | joined
+        assert g.sequences[9][-recent:] == g.sequences[1][-recent:]
 
 
 LIMITS = epto.Limits(max_frame_size=1400)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from epto.check import check
+from epto.keys import generate_group_key, save_group_key
 from epto.log import read_log
 
 from .processes import free_ports, spawn, stop_all, wait_for_line
@@ -39,7 +40,8 @@ def test_three_processes_deliver_the_same_sequence(
             argv += [f"--output={tmp_path / f'{pid}.jsonl'}", f"--seed={pid}"]
             if "sealed" in options:
                 key_file = tmp_path / "group.key"
-                key_file.write_text(bytes(range(32)).hex())
+                if not key_file.exists():
+                    save_group_key(key_file, generate_group_key())
                 argv.append(f"--group-key-file={key_file}")
             if "logged" in options:
                 argv.append(f"--log-dir={tmp_path / 'logs'}")
