@@ -24,11 +24,11 @@ SPEC = SimulationSpec(
 )
 
 
-@pytest.mark.parametrize("churn", [0.0, 0.002, 0.005, 0.01, 0.02])
+@pytest.mark.parametrize("churn", [0.0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1])
 def test_safety_holds_under_churn_with_cyclon(churn: float) -> None:
-    """The churn rates of the EpTO paper's Figs. 8 and 9 (and twice the
-    highest): integrity and total order hold in every run; holes are counted,
-    and in these small benign runs there are none."""
+    """Churn from 0 to 10% of the processes per round (the range of the Fig. 8
+    and Fig. 9 reproductions): integrity and total order hold in every run;
+    holes are counted, and in these small runs there are none."""
     result = run_simulation(attrs.evolve(SPEC, churn=churn * SPEC.processes))
     assert result.order_violations == 0 and result.integrity_violations == 0
     assert result.events > 20 and result.events_delivered >= result.events - 2
