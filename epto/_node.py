@@ -12,7 +12,7 @@ Cyclon messages go to the Cyclon sampler.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Literal, TypeAlias
 
 import attrs
@@ -20,7 +20,7 @@ import attrs
 from ._config import Config
 from ._cyclon import Cyclon, CyclonConfig, CyclonStatistics
 from ._errors import LocalProtocolError, RemoteProtocolError
-from ._event import Ball, Delivery, EventId, ProcessId
+from ._event import Ball, Delivery, Event, EventId, ProcessId
 from ._peer_messages import Leave, PeerDescriptor, PeerMessage, ShuffleReply, ShuffleRequest
 from ._process import Process, ProcessStatistics
 from ._sampler import FullView, Membership
@@ -66,6 +66,7 @@ class Node:
         members: Membership | Iterable[ProcessId] | Mapping[ProcessId, bytes] = (),
         seeds: Iterable[PeerDescriptor] = (),
         address: bytes = b"",
+        signer: Callable[[Event], bytes] | None = None,
     ) -> None:
         self.pid = pid
         self.address = bytes(address)
@@ -92,7 +93,7 @@ class Node:
             peers = self.full_view
         else:
             raise LocalProtocolError(f"sampler must be 'full' or a CyclonConfig, got {sampler!r}")
-        self.process = Process(pid, config, peers=peers, rng=rng, now=now)
+        self.process = Process(pid, config, peers=peers, rng=rng, now=now, signer=signer)
         self._closed = False
         self._rejected: dict[str, int] = {}
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import attrs
 
@@ -69,11 +69,15 @@ class Process:
         peers: PeerSampler,
         rng: random.Random,
         now: float,
+        signer: Callable[[Event], bytes] | None = None,
     ) -> None:
         if not isinstance(pid, int) or not 0 <= pid < 2**64:
             raise LocalProtocolError(f"process id must be an integer in [0, 2**64), got {pid!r}")
         self.pid = pid
         self.config = config
+        # Signs this process's own events once, at broadcast (for example
+        # ``epto.EventSigner(pid, key).signature``); relays forward signatures.
+        self._signer = signer
         self.peers = peers
         self._rng = rng
         self._fanout = config.fanout
@@ -122,6 +126,8 @@ class Process:
         seq = self._next_seq
         self._next_seq = seq + 1
         event = Event(source=self.pid, seq=seq, ts=ts, payload=bytes(payload))
+        if self._signer is not None:
+            event = attrs.evolve(event, signature=self._signer(event))
         self._own[(self.pid, seq)] = event
         self._broadcasts += 1
         return (self.pid, seq)

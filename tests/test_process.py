@@ -242,7 +242,7 @@ def test_layered_ball_from_layers() -> None:
         LayeredBall.from_layers({1: {a.id: a}, 2: {a.id: a}})
 
 
-@settings(derandomize=True, max_examples=150, deadline=None)
+@settings(derandomize=True, max_examples=60, deadline=None)
 @given(
     st.lists(
         st.dictionaries(

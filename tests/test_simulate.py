@@ -71,7 +71,20 @@ def test_churned_lossy_run_is_safe_and_counts_what_happened() -> None:
     assert result.delay["p50"] is not None
     assert result.delay["p50"] <= result.delay["p95"] <= result.delay["p99"]  # type: ignore[operator]
     assert result.delay["p99"] <= result.delay["max"]  # type: ignore[operator]
-    assert result.quiescent
+    assert result.settled in ("complete", "quiescent")
+
+
+def test_stopping_when_complete_changes_work_not_outcome() -> None:
+    spec = attrs.evolve(SPEC, churn=0.0, loss=0.0)
+    early = run_simulation(spec)
+    full = run_simulation(attrs.evolve(spec, stop_when_complete=False))
+    assert early.settled == "complete"
+    assert full.settled == "quiescent"
+    assert early.rounds_run < full.rounds_run
+    assert early.entries_processed < full.entries_processed
+    assert early.report.holes == full.report.holes
+    assert early.deliveries == full.deliveries
+    assert early.delays == full.delays
 
 
 def test_fixed_number_of_events_and_explicit_parameters() -> None:

@@ -252,3 +252,15 @@ def test_planetlab_co_located_processes_follow_the_sample() -> None:
     assert same_node == sorted(model.sample(k + 452, k, rng) for k in range(226))
     # Drawn from the measured distribution, not pinned to its minimum.
     assert 60 <= same_node[113] <= 200
+
+
+def test_draining_after_every_arrival_changes_nothing_for_epto() -> None:
+    def run(every_input: bool) -> dict[int, list[tuple[int, int]]]:
+        c = Cluster(10, seed=4, config=small_config(), latency=UniformLatency(1, 150))
+        c.drain_every_input = every_input
+        for pid in range(10):
+            c.broadcast_at(37.0 * pid, pid, b"e")
+        c.run_until_quiescent(max_rounds=100)
+        return c.recorder.sequences
+
+    assert run(True) == run(False)

@@ -30,8 +30,8 @@ partitions) as a queue kind of their own, counted apart from balls.
 
 EpTO processes only produce output in a round (``receive`` only fills the next
 ball, EpTO paper Algorithm 1), so outputs are drained after timers and
-broadcasts; :meth:`Simulation.step` drains after every input when
-``drain_every_input=True`` for cores that behave otherwise.
+broadcasts; set ``Simulation.drain_every_input = True`` to drain after every
+arrival too, for a core that behaves otherwise.
 """
 
 from __future__ import annotations

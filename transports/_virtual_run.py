@@ -86,6 +86,11 @@ class SimulationSpec:
     (processes join one by one through a random earlier one)."""
     """Rounds allowed after the broadcasting rounds for events to settle
     (``None``: four times TTL plus the largest latency in rounds)."""
+    stop_when_complete: bool = True
+    """Stop as soon as every live process has delivered every event broadcast
+    since it joined: nothing can change the outcome after that, though stale
+    copies may gossip on for up to TTL slow hops. ``False`` runs on until no
+    ball is in flight (the work figures then include that tail)."""
 
     def validate(self) -> None:
         if not isinstance(self.processes, int) or self.processes < 2:
@@ -179,8 +184,10 @@ class SimulationResult:
     network: NetworkStatistics
     rounds_run: float
     virtual_time: float
-    quiescent: bool
-    """Every event delivered or dropped everywhere before the round limit."""
+    settled: Literal["complete", "quiescent", "round-limit"]
+    """Why the run stopped: every live process delivered every event broadcast
+    since it joined; or no ball in flight and nothing pending; or
+    ``max_drain_rounds`` passed first."""
     wall_seconds: float
     report: CheckReport = attrs.field(repr=False)
     delays: Sequence[float] = attrs.field(repr=False)
@@ -205,7 +212,7 @@ class SimulationResult:
             "network": net,
             "rounds_run": self.rounds_run,
             "virtual_time": self.virtual_time,
-            "quiescent": self.quiescent,
+            "settled": self.settled,
             "wall_seconds": self.wall_seconds,
             "parameters": {
                 **attrs.asdict(self.spec),
@@ -308,17 +315,43 @@ def run_simulation(
         if progress is not None:
             progress(done, expected_rounds)
     limit = spec.rounds + drain
-    quiescent = cluster.quiescent()
-    while not quiescent and done < limit:
+    alive = cluster.processes
+    joined = cluster.joined_at
+    broadcasts = cluster.broadcasts
+    recorder = cluster.recorder
+
+    def complete() -> bool:
+        total = len(broadcasts)
+        for pid in alive:
+            got = len(recorder.sequences[pid]) + len(recorder.out_of_order.get(pid, ()))
+            if got < total:
+                since = joined[pid]
+                if since == 0.0:
+                    return False
+                owed = sum(1 for _, at in broadcasts.values() if at >= since)
+                got = sum(
+                    1
+                    for eid in (*recorder.sequences[pid], *recorder.out_of_order.get(pid, ()))
+                    if broadcasts[eid][1] >= since
+                )
+                if got < owed:
+                    return False
+        return True
+
+    settled: Literal["complete", "quiescent", "round-limit"] = "round-limit"
+    while True:
+        if cluster.quiescent():
+            settled = "quiescent"
+            break
+        if spec.stop_when_complete and complete():
+            settled = "complete"
+            break
+        if done >= limit:
+            break
         cluster.run_rounds(1)
         done += 1
         if progress is not None:
             progress(done, max(expected_rounds, done))
-        quiescent = cluster.quiescent()
-
-    alive = cluster.processes
-    joined = cluster.joined_at
-    broadcasts = cluster.broadcasts
 
     def expected(pid: ProcessId, eid: EventId) -> bool:
         return pid in alive and broadcasts[eid][1] >= joined[pid]
@@ -350,7 +383,7 @@ def run_simulation(
         network=cluster.network_statistics(),
         rounds_run=(cluster.now - t0) / delta,
         virtual_time=cluster.now,
-        quiescent=quiescent,
+        settled=settled,
         wall_seconds=time.perf_counter() - wall,
         report=report,
         delays=delays,
