@@ -10,7 +10,8 @@
     python scripts/evaluation.py --plots-only    # redraw from the saved results
 
 Results go to docs/evaluation/results.json (one entry per configuration), plots
-to docs/img/evaluation-*.png, and a markdown table of every configuration is
+to docs/img/evaluation-*.png (Fig. 9, churn with Cyclon, through ``epto bench
+churn`` with its runs in docs/data/evaluation-cyclon-*.json), and a markdown table of every configuration is
 printed. The 10,000-process configurations dominate the run time; ``--max-n``
 leaves them out.
 """
@@ -410,6 +411,41 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+FIG9_DATA = ROOT / "docs" / "data"
+FIG9_PLOT = ROOT / "docs" / "img" / "evaluation-cyclon.png"
+
+
+def fig9(*, rerun: bool) -> None:
+    """Fig. 9 (500 processes, churn, Cyclon beside the full view), through
+    ``epto bench churn``; docs/evaluation-cyclon.md has the details. Saved
+    runs are re-plotted unless ``rerun`` or they are missing."""
+    from epto.cli import main as epto
+
+    cyclon = FIG9_DATA / "evaluation-cyclon-cyclon.json"
+    full = FIG9_DATA / "evaluation-cyclon-full.json"
+    common = ["bench", "churn", "-n", "500", "--rounds", "30"]
+    if rerun or not cyclon.exists():
+        print("== fig9/cyclon", file=sys.stderr, flush=True)
+        epto(
+            [
+                *common,
+                "--churn",
+                "0,0.002,0.005,0.01,0.05,0.1",
+                "--pss",
+                "cyclon",
+                "--jobs",
+                "2",
+                "--json",
+                str(cyclon),
+            ]
+        )
+    if rerun or not full.exists():
+        print("== fig9/full", file=sys.stderr, flush=True)
+        epto([*common, "--churn", "0,0.01", "--pss", "full", "--json", str(full)])
+    epto(["bench", "churn", "--from", str(cyclon), "--from", str(full), "--plot", str(FIG9_PLOT)])
+    print(f"wrote {FIG9_PLOT.relative_to(ROOT)}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="comma-separated experiments (fig6,fig7a,fig7b,...)")
@@ -455,6 +491,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 args.results.parent.mkdir(parents=True, exist_ok=True)
                 args.results.write_text(json.dumps(results, indent=1, sort_keys=True))
+    if not args.only or "fig9" in args.only.split(","):
+        fig9(rerun=args.rerun and not args.plots_only)
     for item in args.import_summary:
         key, _, file = item.rpartition("=")
         results[key] = import_summary(key, Path(file))
