@@ -11,9 +11,9 @@
 
 Results go to docs/evaluation/results.json (one entry per configuration), plots
 to docs/img/evaluation-*.png (Fig. 9, churn with Cyclon, through ``epto bench
-churn`` with its runs in docs/data/evaluation-cyclon-*.json), and a markdown table of every configuration is
-printed. The 10,000-process configurations dominate the run time; ``--max-n``
-leaves them out.
+churn`` with its runs in docs/data/evaluation-cyclon-*.json), and a markdown
+table of every configuration is printed. The 10,000-process configurations
+dominate the run time; ``--max-n`` leaves them out.
 """
 
 from __future__ import annotations
