@@ -21,11 +21,12 @@ the token and of unsequenced messages, fetches, token regeneration).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import struct
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -135,6 +136,7 @@ class TokenRingNode:
         self._wake = trio.lowlevel.ParkingLot()
         self._nursery_cm: Any = None
         self._nursery: trio.Nursery | None = None
+        self._scopes: list[trio.CancelScope] = []
         self._own_pending: set[EventId] = set()
         self._counts = dict.fromkeys(
             (
@@ -176,9 +178,25 @@ class TokenRingNode:
         self._nursery_cm = trio.open_nursery()
         self._nursery = await self._nursery_cm.__aenter__()
         self._state = "running"
-        self._nursery.start_soon(self._serve)
-        self._nursery.start_soon(self._timer_loop)
+        self._spawn(self._serve)
+        self._spawn(self._timer_loop)
         return self
+
+    def _spawn(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+        # Each task runs in its own cancel scope: cancelling the nursery's
+        # scope would also cancel the code of the task that entered the node
+        # (an 'async with' body calling abort() on its own node).
+        scope = trio.CancelScope()
+        self._scopes.append(scope)
+        if self._state == "closed":
+            scope.cancel()
+
+        async def run() -> None:
+            with scope:
+                await fn(*args)
+
+        assert self._nursery is not None
+        self._nursery.start_soon(run)
 
     async def __aexit__(
         self,
@@ -212,8 +230,8 @@ class TokenRingNode:
         if self._state == "closed":
             return
         self._state = "closed"
-        if self._nursery is not None:
-            self._nursery.cancel_scope.cancel()
+        for scope in self._scopes:
+            scope.cancel()
         for listener in self._listeners:
             listener.socket.close()
         self._readers.unpark_all()
@@ -335,8 +353,7 @@ class TokenRingNode:
         if queue is None:
             send, receive = trio.open_memory_channel[bytes](self.config.send_queue)
             self._queues[dest] = queue = send
-            assert self._nursery is not None
-            self._nursery.start_soon(self._peer_sender, dest, receive)
+            self._spawn(self._peer_sender, dest, receive)
         return queue
 
     # -- links ----------------------------------------------------------------
@@ -436,7 +453,5 @@ class TokenRingNode:
 
 
 async def _close_quietly(stream: trio.SocketStream) -> None:
-    try:
+    with contextlib.suppress(trio.BrokenResourceError, OSError):
         await stream.aclose()
-    except (trio.BrokenResourceError, OSError):
-        pass
