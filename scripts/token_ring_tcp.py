@@ -14,9 +14,9 @@ import argparse
 import statistics
 
 import trio
+from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
 
 from epto.tokenring import TokenRingConfig
-from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
 
 
 async def run(messages: int, rate: float, sealed: bool) -> None:
