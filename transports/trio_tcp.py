@@ -314,6 +314,9 @@ class TokenRingNode:
             if deadline > trio.current_time():
                 with trio.move_on_at(deadline if math.isfinite(deadline) else math.inf):
                     await self._wake.park()
+            else:
+                # A timer that stays due must not starve the other tasks.
+                await trio.lowlevel.checkpoint()
             if trio.current_time() >= process.get_timer():
                 process.handle_timer(trio.current_time())
                 self._after_input()

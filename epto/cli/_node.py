@@ -38,8 +38,8 @@ def _transport(name: str) -> Any:
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "node",
-        help="run one node of a group over UDP (trio) or ZeroMQ",
-        description="Run one EpTO node; deliveries are printed as JSON lines.",
+        help="run one node of a group: EpTO over UDP (trio) or ZeroMQ, or the token ring over TCP",
+        description="Run one node; deliveries are printed as JSON lines.",
     )
     p.add_argument("--transport", choices=("trio", "zmq"), default="trio")
     p.add_argument(

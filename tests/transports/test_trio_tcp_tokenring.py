@@ -115,3 +115,36 @@ async def test_a_crashed_member_does_not_stop_the_others() -> None:
     assert report.ok, report.summary()
     assert seqs[1] == seqs[2]
     assert seqs[3] == seqs[1][: len(seqs[3])]
+
+
+@pytest.mark.trio
+async def test_hostile_streams_are_counted_and_dropped() -> None:
+    import struct
+
+    from epto.transports._common import parse_host_port
+
+    seqs: dict[int, list[tuple[int, int]]] = {pid: [] for pid in PIDS}
+    with trio.fail_after(20):
+        async with cluster(sealed=True) as nodes:
+            host, port = parse_host_port(nodes[1].address)
+            # A frame of garbage, then an unsealed frame in a sealed group.
+            garbage = await trio.open_tcp_stream(host, port)
+            await garbage.send_all(struct.pack(">I", 40) + bytes(range(40)))
+            plain = b"\xe7\x70\x01\x14\x00\x00\x00\x00" + bytes(8) + (9).to_bytes(8, "big")
+            await garbage.send_all(struct.pack(">I", len(plain) + 16) + plain + bytes(16))
+            # A length beyond the frame limit: the stream is closed.
+            oversized = await trio.open_tcp_stream(host, port)
+            await oversized.send_all(struct.pack(">I", 1 << 30))
+            assert await oversized.receive_some(10) == b""
+            await oversized.aclose()
+            async with trio.open_nursery() as nursery:
+                for pid, node in nodes.items():
+                    nursery.start_soon(collect, node, seqs[pid], 3)
+                for node in nodes.values():
+                    node.broadcast(b"still working")
+            rejected = nodes[1].statistics().rejected
+            await garbage.aclose()
+    assert rejected.get("bad-length") == 1
+    assert rejected.get("bad-magic") == 1
+    assert rejected.get("unsealed") == 1
+    assert seqs[1] == seqs[2] == seqs[3]
