@@ -45,6 +45,7 @@ from epto import (
 )
 from epto._limits import HEADER_SIZE
 from epto.tokenring import TokenRingConfig, TokenRingProcess, token_ring_registry
+from epto.tokenring._messages import Catchup
 
 from ._common import (
     Address,
@@ -61,7 +62,34 @@ _RECV_SIZE = 65_536
 
 
 def _stream_limits() -> Limits:
-    return Limits.for_frame_size(1 << 20)
+    # A catch-up carries up to 4096 sequenced messages (TokenRingProcess).
+    return Limits.for_frame_size(1 << 20, max_events_per_ball=4096)
+
+
+def encode_split(
+    codec: FrameCodec, sender: ProcessId, message: object, *, to: ProcessId | None
+) -> list[bytes]:
+    """The frames of ``message``; a catch-up too big for one frame is split in
+    halves (in order; each part keeps ``stable`` and ``oldest``, so receiving
+    the parts one after the other is receiving the whole). Raises
+    :class:`LocalProtocolError` when a message still does not fit."""
+    try:
+        return codec.encode(sender, message, to=to)
+    except LocalProtocolError:
+        if not isinstance(message, Catchup):
+            raise
+        n, m = len(message.entries), len(message.events)
+        if n + m < 2:
+            raise
+        if n >= 2:
+            first = attrs.evolve(message, entries=message.entries[: n // 2], events=())
+            second = attrs.evolve(message, entries=message.entries[n // 2 :])
+        else:
+            first = attrs.evolve(message, events=message.events[: m // 2])
+            second = attrs.evolve(message, entries=(), events=message.events[m // 2 :])
+        return encode_split(codec, sender, first, to=to) + encode_split(
+            codec, sender, second, to=to
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -330,7 +358,7 @@ class TokenRingNode:
             if dest == self.config.pid:
                 continue
             try:
-                frames = codec.encode(self.config.pid, message, to=dest)
+                frames = encode_split(codec, self.config.pid, message, to=dest)
             except LocalProtocolError:
                 self._counts["encode_failures"] += 1
                 continue

@@ -148,3 +148,23 @@ async def test_hostile_streams_are_counted_and_dropped() -> None:
     assert rejected.get("bad-magic") == 1
     assert rejected.get("unsealed") == 1
     assert seqs[1] == seqs[2] == seqs[3]
+
+
+def test_a_catchup_too_big_for_one_frame_is_split_in_order() -> None:
+    from epto.transports.trio_tcp import encode_split
+
+    from epto import Event, FrameCodec, Limits
+    from epto.tokenring import token_ring_registry
+    from epto.tokenring._messages import Catchup
+
+    limits = Limits.for_frame_size(4096)
+    codec = FrameCodec(group=1, limits=limits, registry=token_ring_registry())
+    entries = tuple((i, Event(source=1, seq=i, ts=0, payload=bytes(100))) for i in range(200))
+    extra = (Event(source=2, seq=0, ts=0, payload=b"x"),)
+    message = Catchup(entries=entries, events=extra, stable=150, oldest=3)
+    frames = encode_split(codec, 1, message, to=2)
+    assert len(frames) > 1
+    parts = [codec.decode(f).message for f in frames]
+    assert all(p.stable == 150 and p.oldest == 3 for p in parts)
+    assert tuple(e for p in parts for e in p.entries) == entries
+    assert tuple(e for p in parts for e in p.events) == extra
