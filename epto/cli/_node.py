@@ -10,6 +10,10 @@ writes every delivery as one JSON line (``source``, ``seq``, ``ts``, ``tag``,
 output or ``--output``. It stops after ``--expect`` deliveries, after
 ``--duration`` seconds, at the end of standard input when neither is given,
 or on Ctrl-C; stopping flushes this node's events (``--flush-timeout``).
+
+``--mode token-ring`` runs a token-ring member over TCP instead (trio only;
+the peers are the bootstrap members, the same list everywhere); ``--mode
+auto`` picks the token ring for groups of at most 30 members.
 """
 
 from __future__ import annotations
@@ -34,10 +38,22 @@ def _transport(name: str) -> Any:
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "node",
-        help="run one node of a group over UDP (trio) or ZeroMQ",
-        description="Run one EpTO node; deliveries are printed as JSON lines.",
+        help="run one node of a group: EpTO over UDP (trio) or ZeroMQ, or the token ring over TCP",
+        description="Run one node; deliveries are printed as JSON lines.",
     )
     p.add_argument("--transport", choices=("trio", "zmq"), default="trio")
+    p.add_argument(
+        "--mode",
+        choices=("epto", "token-ring", "auto"),
+        default="epto",
+        help="EpTO over UDP/ZeroMQ, or the token ring over TCP (trio)",
+    )
+    p.add_argument(
+        "--linger",
+        type=float,
+        default=1.0,
+        help="token ring: seconds to keep serving the group after the last delivery",
+    )
     p.add_argument("--id", type=int, required=True, help="this node's process id")
     p.add_argument("--bind", default="127.0.0.1:0", help="HOST:PORT to listen on")
     p.add_argument(
@@ -176,15 +192,35 @@ def _line(delivery: Any) -> str:
     return json.dumps(record)
 
 
+def _token_ring_config(args: argparse.Namespace, epto_config: Any) -> Any:
+    module = _transport("epto.transports.trio_tcp")
+    return module.TokenRingNodeConfig(
+        pid=args.id,
+        bind=args.bind,
+        members=dict(epto_config.members),
+        group=args.group,
+        group_key=epto_config.group_key,
+        seed=args.seed,
+        flush_timeout=args.flush_timeout,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
+    from epto.tokenring import choose_mode
+
     config = _config(args)
+    mode = choose_mode(len(config.members), args.mode)
+    if mode == "token-ring":
+        if args.transport != "trio" or args.cyclon:
+            raise SystemExit("epto node: --mode token-ring runs on --transport trio, full view")
+        config = _token_ring_config(args, config)
     out: TextIO = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
     sink = _Sink(args, out)
     try:
         if args.transport == "trio":
             import trio
 
-            trio.run(_run_trio, args, config, sink)
+            trio.run(_run_trio, args, config, sink, mode)
         else:
             _run_zmq(args, config, sink)
     finally:
@@ -194,10 +230,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _run_trio(args: argparse.Namespace, config: Any, sink: _Sink) -> None:
+async def _run_trio(args: argparse.Namespace, config: Any, sink: _Sink, mode: str) -> None:
     import trio
 
-    TrioNode = _transport("epto.transports.trio_udp").TrioNode
+    if mode == "token-ring":
+        TrioNode = _transport("epto.transports.trio_tcp").TokenRingNode
+    else:
+        TrioNode = _transport("epto.transports.trio_udp").TrioNode
 
     stdin_done = trio.Event()
     async with TrioNode(config) as node, trio.open_nursery() as nursery:
@@ -230,6 +269,10 @@ async def _run_trio(args: argparse.Namespace, config: Any, sink: _Sink) -> None:
                 count += 1
                 if args.expect is not None and count >= args.expect:
                     break
+        if mode == "token-ring":
+            # The others may still wait for this member's order notices and
+            # acknowledgements; leaving at once would look like a crash.
+            await trio.sleep(args.linger)
         nursery.cancel_scope.cancel()
 
 

@@ -8,6 +8,8 @@ See docs/token-ring.md.
 from ._config import AUTO_TOKEN_RING_MAX_GROUP as AUTO_TOKEN_RING_MAX_GROUP
 from ._config import TokenRingConfig as TokenRingConfig
 from ._config import choose_mode as choose_mode
+from ._frames import TOKEN_RING_KINDS as TOKEN_RING_KINDS
+from ._frames import token_ring_registry as token_ring_registry
 from ._membership import Role as Role
 from ._messages import RingConfig as RingConfig
 from ._messages import TokenState as TokenState
@@ -16,6 +18,7 @@ from ._process import TokenRingStatistics as TokenRingStatistics
 
 __all__ = [
     "AUTO_TOKEN_RING_MAX_GROUP",
+    "TOKEN_RING_KINDS",
     "RingConfig",
     "Role",
     "TokenRingConfig",
@@ -23,4 +26,5 @@ __all__ = [
     "TokenRingStatistics",
     "TokenState",
     "choose_mode",
+    "token_ring_registry",
 ]

@@ -1,5 +1,6 @@
 """Three ``epto node`` OS processes on 127.0.0.1, each broadcasting: every
-process delivers every event in the same order, over trio UDP and ZeroMQ."""
+process delivers every event in the same order, over trio UDP, ZeroMQ and
+the token ring on TCP."""
 
 from __future__ import annotations
 
@@ -21,13 +22,20 @@ PER_NODE = 20
 
 @pytest.mark.parametrize(
     ("transport", "options"),
-    [("trio", ()), ("zmq", ()), ("trio", ("sealed", "logged")), ("zmq", ("sealed",))],
-    ids=["trio", "zmq", "trio-sealed-logged", "zmq-sealed"],
+    [
+        ("trio", ()),
+        ("zmq", ()),
+        ("trio", ("sealed", "logged")),
+        ("zmq", ("sealed",)),
+        ("trio", ("token-ring", "sealed")),
+    ],
+    ids=["trio", "zmq", "trio-sealed-logged", "zmq-sealed", "token-ring-tcp-sealed"],
 )
 def test_three_processes_deliver_the_same_sequence(
     transport: str, options: tuple[str, ...], tmp_path: Path
 ) -> None:
-    kind = socket.SOCK_DGRAM if transport == "trio" else socket.SOCK_STREAM
+    udp = transport == "trio" and "token-ring" not in options
+    kind = socket.SOCK_DGRAM if udp else socket.SOCK_STREAM
     ports = free_ports(3, kind)
     pids = [1, 2, 3]
     procs = []
@@ -47,6 +55,8 @@ def test_three_processes_deliver_the_same_sequence(
                 argv.append(f"--log-dir={tmp_path / 'logs'}")
             if "cyclon" in options:
                 argv.append("--cyclon")
+            if "token-ring" in options:
+                argv.append("--mode=token-ring")
             procs.append(spawn(argv))
         for proc in procs:
             wait_for_line(proc, "ready", timeout=30)
