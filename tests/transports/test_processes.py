@@ -57,6 +57,12 @@ def test_three_processes_deliver_the_same_sequence(
                 argv.append("--cyclon")
             if "token-ring" in options:
                 argv.append("--mode=token-ring")
+            else:
+                # A stability window of 25 rounds (0.5 s) rather than the
+                # derived 10: a process descheduled for longer than the window
+                # on a busy two-core machine would otherwise get a hole and
+                # never reach --expect (order would still hold).
+                argv.append("--ttl=25")
             procs.append(spawn(argv))
         for proc in procs:
             wait_for_line(proc, "ready", timeout=30)
