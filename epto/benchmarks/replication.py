@@ -1,4 +1,5 @@
-"""Replicated counter on 3 loopback processes: EpTO (trio UDP, ZeroMQ) against PySyncObj (Raft).
+"""Replicated counter on 3 loopback processes: EpTO (trio UDP, ZeroMQ) and the
+token ring (trio TCP) against PySyncObj (Raft).
 
 Every system runs as three OS processes on 127.0.0.1. Once all three are up
 (a barrier), each submits ``--commands`` small increment commands at
@@ -12,13 +13,15 @@ applies every command it delivers to a counter and records when. Figures:
 * EpTO's floor: an event is delivered once stable, ``TTL`` rounds after it
   was broadcast, so latency cannot go below TTL x round interval.
 
-The EpTO runs also check the three delivery sequences with ``epto.check``.
+The EpTO and token-ring runs also check the three delivery sequences with
+``epto.check``.
 Needs the ``trio`` and ``zmq`` extras and PySyncObj (``pip install pysyncobj``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import multiprocessing as mp
 import socket
@@ -26,7 +29,7 @@ import threading
 import time
 from typing import Any
 
-SYSTEMS = ("epto-trio", "epto-zmq", "pysyncobj")
+SYSTEMS = ("epto-trio", "epto-zmq", "token-ring", "pysyncobj")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -156,6 +159,59 @@ def _epto_trio(
     return {"t0": result["t0"], "submits": submits, "applied": applied, "order": order}
 
 
+def _token_ring(
+    index: int, ports: list[int], args: argparse.Namespace, barrier: Any
+) -> dict[str, Any]:
+    import trio
+
+    trio_tcp = importlib.import_module("epto.transports.trio_tcp")
+    members = {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(ports)}
+    pid = index + 1
+    config = trio_tcp.TokenRingNodeConfig(pid=pid, bind=members[pid], members=members, seed=pid)
+    total = 3 * args.commands
+    applied: dict[tuple[int, int], float] = {}
+    order: list[tuple[int, int]] = []
+    submits: dict[tuple[int, int], float] = {}
+    result: dict[str, Any] = {}
+
+    def wait_barrier() -> None:
+        # A broken barrier: another worker failed or timed out.
+        with contextlib.suppress(Exception):
+            barrier.wait(args.timeout)
+
+    async def main() -> None:
+        async with trio_tcp.TokenRingNode(config) as node:
+            await trio.to_thread.run_sync(barrier.wait)
+            t0 = result["t0"] = time.time()
+
+            async def submit() -> None:
+                for k in range(args.commands):
+                    if args.rate > 0:
+                        await trio.sleep_until(
+                            trio.current_time() + t0 + k / args.rate - time.time()
+                        )
+                    else:
+                        await trio.lowlevel.checkpoint()
+                    submits[node.broadcast(b"incr")] = time.time()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(submit)
+                with trio.move_on_after(args.timeout):
+                    async for delivery in node:
+                        eid = delivery.event.id
+                        applied[eid] = time.time()
+                        order.append(eid)
+                        if len(order) == total:
+                            break
+                # The others may still wait for this member's acknowledgements:
+                # keep serving until every worker has applied everything.
+                await trio.to_thread.run_sync(wait_barrier)
+                nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    return {"t0": result["t0"], "submits": submits, "applied": applied, "order": order}
+
+
 def _pysyncobj(
     index: int, ports: list[int], args: argparse.Namespace, barrier: Any
 ) -> dict[str, Any]:
@@ -208,7 +264,12 @@ def _pysyncobj(
     return {"t0": t0, "submits": submits, "applied": applied, "order": [], "errors": errors}
 
 
-_WORKERS = {"epto-trio": _epto_trio, "epto-zmq": _epto_zmq, "pysyncobj": _pysyncobj}
+_WORKERS = {
+    "epto-trio": _epto_trio,
+    "epto-zmq": _epto_zmq,
+    "token-ring": _token_ring,
+    "pysyncobj": _pysyncobj,
+}
 
 
 def _worker(
@@ -278,7 +339,7 @@ def _measure(system: str, args: argparse.Namespace) -> dict[str, Any]:
         "all_p50": _percentile(everywhere, 0.5),
         "all_p99": _percentile(everywhere, 0.99),
     }
-    if system.startswith("epto"):
+    if system.startswith("epto") or system == "token-ring":
         from epto.check import check
 
         report = check({i: r["order"] for i, r in results.items()})
