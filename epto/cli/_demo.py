@@ -10,10 +10,10 @@ verdict on the same logs beside it.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -39,21 +39,6 @@ def register(sub: Any) -> None:
     p.add_argument("--no-spark", action="store_true", help="skip the Spark analysis")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds for the cluster")
     p.set_defaults(func=run)
-
-
-def _free_ports(count: int) -> list[int]:
-    # Bind them all at once so the ports differ; the small window between
-    # closing and the nodes binding is acceptable on a loopback demo.
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def _wait_ready(proc: subprocess.Popen[str], err_file: Path, deadline: float) -> None:
@@ -84,7 +69,10 @@ def run(args: argparse.Namespace) -> int:
 
     n = args.nodes
     ids = list(range(1, n + 1))
-    ports = dict(zip(ids, _free_ports(n), strict=True))
+    # epto.transports is installed from transports/ (a package-dir mapping);
+    # importing it by name keeps type checkers of epto/ from looking for it.
+    free_ports = importlib.import_module("epto.transports._ports").free_ports
+    ports = dict(zip(ids, free_ports(n), strict=True))
     peers = [f"--peer={i}=127.0.0.1:{ports[i]}" for i in ids]
     expected = n * args.events
     print(

@@ -3,24 +3,11 @@
 from __future__ import annotations
 
 import selectors
-import socket
 import subprocess
 import time
 from collections.abc import Sequence
 
-
-def free_ports(n: int, kind: int = socket.SOCK_DGRAM) -> list[int]:
-    """Ports the kernel just handed out (bound together, then released)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, kind)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+from epto.transports._ports import free_ports as free_ports
 
 
 def wait_for_line(
