@@ -39,6 +39,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clock", choices=("logical", "global"), default="global")
     p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset")
     p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument(
+        "--profile",
+        metavar="DIR",
+        default=None,
+        help="run each worker under cProfile and write DIR/<system>-<index>.pstats",
+    )
     p.set_defaults(func=run)
 
 
@@ -207,9 +213,19 @@ def _token_ring(
                 # keep serving until every worker has applied everything.
                 await trio.to_thread.run_sync(wait_barrier)
                 nursery.cancel_scope.cancel()
+            s = node.process.statistics()
+            result["changes"] = s.light_changes + s.full_changes
+            result["fetches"] = s.fetches
 
     trio.run(main)
-    return {"t0": result["t0"], "submits": submits, "applied": applied, "order": order}
+    return {
+        "t0": result["t0"],
+        "submits": submits,
+        "applied": applied,
+        "order": order,
+        "changes": result.get("changes", 0),
+        "fetches": result.get("fetches", 0),
+    }
 
 
 def _pysyncobj(
@@ -276,6 +292,18 @@ def _worker(
     system: str, index: int, ports: list[int], args: argparse.Namespace, barrier: Any, queue: Any
 ) -> None:
     try:
+        if getattr(args, "profile", None):
+            import cProfile
+            import os
+
+            os.makedirs(args.profile, exist_ok=True)
+            profiler = cProfile.Profile()
+            try:
+                result = profiler.runcall(_WORKERS[system], index, ports, args, barrier)
+            finally:
+                profiler.dump_stats(os.path.join(args.profile, f"{system}-{index}.pstats"))
+            queue.put((index, result))
+            return
         queue.put((index, _WORKERS[system](index, ports, args, barrier)))
     except BaseException as err:  # reported by the parent
         queue.put((index, {"error": repr(err)}))
@@ -344,6 +372,9 @@ def _measure(system: str, args: argparse.Namespace) -> dict[str, Any]:
 
         report = check({i: r["order"] for i, r in results.items()})
         out["check"] = "ok" if report.ok else report.summary().replace("\n", "; ")
+    if system == "token-ring":
+        out["changes"] = max(r["changes"] for r in results.values())
+        out["fetches"] = sum(r["fetches"] for r in results.values())
     return out
 
 
@@ -377,6 +408,10 @@ def run(args: argparse.Namespace) -> int:
             status = 1
         if "check" in r:
             notes.append(f"order {r['check']}")
+        if r.get("changes"):
+            notes.append(f"{r['changes']} view changes")
+        if r.get("fetches"):
+            notes.append(f"{r['fetches']} fetches")
         ms = 1000.0
         print(
             f"{r['system']:<11} {r['throughput']:>10.0f} {r['local_p50'] * ms:>8.1f}ms "
