@@ -136,6 +136,10 @@ class Reader:
         value: int = _U64.unpack_from(self._data, self._take(8))[0]
         return value
 
+    def unpack(self, fmt: struct.Struct) -> tuple[Any, ...]:
+        """The values of ``fmt`` read at once (one bounds check for the whole struct)."""
+        return fmt.unpack_from(self._data, self._take(fmt.size))
+
     def count(self, width: int, limit: int, min_item_size: int, what: str) -> int:
         """Read a count of ``width`` bytes (2 or 4); reject it if it exceeds
         ``limit`` or if that many items of ``min_item_size`` cannot fit."""

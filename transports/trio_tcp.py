@@ -45,7 +45,7 @@ from epto import (
 )
 from epto._limits import HEADER_SIZE
 from epto.tokenring import TokenRingConfig, TokenRingProcess, token_ring_registry
-from epto.tokenring._messages import Catchup
+from epto.tokenring._messages import Catchup, DataBatch
 
 from ._common import (
     Address,
@@ -58,7 +58,7 @@ from ._common import (
 __all__ = ["TokenRingNode", "TokenRingNodeConfig", "TokenRingNodeStatistics"]
 
 _LENGTH = struct.Struct(">I")
-_RECV_SIZE = 65_536
+_RECV_SIZE = 262_144
 
 
 def _stream_limits() -> Limits:
@@ -69,13 +69,19 @@ def _stream_limits() -> Limits:
 def encode_split(
     codec: FrameCodec, sender: ProcessId, message: object, *, to: ProcessId | None
 ) -> list[bytes]:
-    """The frames of ``message``; a catch-up too big for one frame is split in
-    halves (in order; each part keeps ``stable`` and ``oldest``, so receiving
-    the parts one after the other is receiving the whole). Raises
+    """The frames of ``message``; a catch-up or a batch of broadcasts too big
+    for one frame is split in halves (in order; each part of a catch-up keeps
+    ``stable`` and ``oldest``, so receiving the parts one after the other is
+    receiving the whole). Raises
     :class:`LocalProtocolError` when a message still does not fit."""
     try:
         return codec.encode(sender, message, to=to)
     except LocalProtocolError:
+        if isinstance(message, DataBatch) and len(message.events) >= 2:
+            half = len(message.events) // 2
+            return encode_split(
+                codec, sender, DataBatch(events=message.events[:half]), to=to
+            ) + encode_split(codec, sender, DataBatch(events=message.events[half:]), to=to)
         if not isinstance(message, Catchup):
             raise
         n, m = len(message.entries), len(message.events)
@@ -166,6 +172,9 @@ class TokenRingNode:
         self._nursery: trio.Nursery | None = None
         self._scopes: list[trio.CancelScope] = []
         self._own_pending: set[EventId] = set()
+        self._flush_due = False
+        self._flusher_started = False
+        self._flush_lot = trio.lowlevel.ParkingLot()
         self._counts = dict.fromkeys(
             (
                 "sent",
@@ -350,18 +359,45 @@ class TokenRingNode:
                 self._after_input()
 
     def _after_input(self) -> None:
-        """Send what the process wants sent and move its deliveries out."""
+        """Send what the process wants sent and move its deliveries out, soon:
+        a flusher task does it once the current task yields, so that what
+        several inputs produce (broadcasts in a row, every frame of one
+        received chunk) leaves together."""
+        self._flush_due = True
+        if not self._flusher_started:
+            self._flusher_started = True
+            self._spawn(self._flusher)
+        else:
+            self._flush_lot.unpark_all()
+
+    async def _flusher(self) -> None:
+        while True:
+            if not self._flush_due:
+                await self._flush_lot.park()
+            self._flush_due = False
+            self._flush()
+
+    def _flush(self) -> None:
         process = self._require_process()
         codec = self._codec
         assert codec is not None
+        me = self.config.pid
+        # Without a sealer a frame does not depend on its receiver: a message
+        # sent to every member is encoded once.
+        shared = codec.sealer is None
+        encoded: dict[int, list[bytes] | None] = {}
         for dest, message in process.messages_to_send():
-            if dest == self.config.pid:
+            if dest == me:
                 continue
-            try:
-                frames = encode_split(codec, self.config.pid, message, to=dest)
-            except LocalProtocolError:
-                self._counts["encode_failures"] += 1
-                continue
+            frames = encoded.get(id(message)) if shared else None
+            if frames is None:
+                try:
+                    frames = encode_split(codec, me, message, to=dest)
+                except LocalProtocolError:
+                    self._counts["encode_failures"] += 1
+                    continue
+                if shared:
+                    encoded[id(message)] = frames
             queue = self._queue_for(dest)
             for frame in frames:
                 try:

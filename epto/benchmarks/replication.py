@@ -30,6 +30,8 @@ import time
 from typing import Any
 
 SYSTEMS = ("epto-trio", "epto-zmq", "token-ring", "pysyncobj")
+_BURST = 64
+"""Most commands a trio submitter submits before yielding to its node."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -187,18 +189,30 @@ def _token_ring(
 
     async def main() -> None:
         async with trio_tcp.TokenRingNode(config) as node:
+            # Like PySyncObj's wait for a leader: start once the ring is formed
+            # (all three members in the token list, a token accepted there).
+            await _ring_formed(node, len(members), min(30.0, args.timeout))
             await trio.to_thread.run_sync(barrier.wait)
             t0 = result["t0"] = time.time()
+            before = node.process.statistics()
 
             async def submit() -> None:
-                for k in range(args.commands):
+                # The schedule of every system: command k is submitted as soon
+                # as possible at or after t0 + k / rate. Commands that are due
+                # are submitted in a row (at most _BURST before letting the
+                # node run), rather than with one trio wake-up each.
+                k = 0
+                while k < args.commands:
                     if args.rate > 0:
-                        await trio.sleep_until(
-                            trio.current_time() + t0 + k / args.rate - time.time()
-                        )
-                    else:
-                        await trio.lowlevel.checkpoint()
-                    submits[node.broadcast(b"incr")] = time.time()
+                        delay = t0 + k / args.rate - time.time()
+                        if delay > 0:
+                            await trio.sleep(delay)
+                    now = time.time()
+                    end = min(args.commands, k + _BURST)
+                    while k < end and (args.rate <= 0 or t0 + k / args.rate <= now):
+                        submits[node.broadcast(b"incr")] = time.time()
+                        k += 1
+                    await trio.lowlevel.checkpoint()
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(submit)
@@ -213,9 +227,11 @@ def _token_ring(
                 # keep serving until every worker has applied everything.
                 await trio.to_thread.run_sync(wait_barrier)
                 nursery.cancel_scope.cancel()
+            # View changes and fetches during the measured part.
             s = node.process.statistics()
             result["changes"] = s.light_changes + s.full_changes
-            result["fetches"] = s.fetches
+            result["changes"] -= before.light_changes + before.full_changes
+            result["fetches"] = s.fetches - before.fetches
 
     trio.run(main)
     return {
@@ -226,6 +242,25 @@ def _token_ring(
         "changes": result.get("changes", 0),
         "fetches": result.get("fetches", 0),
     }
+
+
+async def _ring_formed(node: Any, size: int, timeout: float) -> None:
+    """Wait until ``node``'s configuration has every member in its token list
+    and has not changed for a while (members that start later are first
+    suspected and moved out, then readmitted)."""
+    import trio
+
+    with trio.move_on_after(timeout):
+        stable_since = trio.current_time()
+        last = None
+        while True:
+            s = node.process.statistics()
+            key = (s.instance, len(s.core))
+            if key != last:
+                last, stable_since = key, trio.current_time()
+            elif len(s.core) == size and trio.current_time() - stable_since >= 0.5:
+                return
+            await trio.sleep(0.02)
 
 
 def _pysyncobj(

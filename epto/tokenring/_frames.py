@@ -1,4 +1,4 @@
-"""Frame kinds of the token ring (codes 16..30) and their body codecs.
+"""Frame kinds of the token ring (codes 16..31) and their body codecs.
 
 Layouts are in docs/wire-format.md ("Token ring"). Integers are big-endian;
 every count is checked against a limit and against the bytes left before
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from itertools import repeat
 from typing import Any
 
 from .._errors import LocalProtocolError, RemoteProtocolError
@@ -25,6 +26,7 @@ from ._messages import (
     Catchup,
     ConfigRequest,
     Data,
+    DataBatch,
     Decided,
     Fetch,
     Heartbeat,
@@ -47,6 +49,9 @@ _EVENT = struct.Struct(">QQQBI")
 EVENT_HEAD_SIZE = _EVENT.size
 """Bytes of one event besides its signature and payload (29)."""
 _STATE = struct.Struct(">QQQQQQ")
+_RUN = struct.Struct(">QQI")
+_SEQ_RUN = struct.Struct(">QQQI")
+_U64_MAX = (1 << 64) - 1
 MAX_MEMBERS = 0xFFFF
 """Most members or core members one configuration may list."""
 
@@ -105,16 +110,23 @@ def _put_event(out: _Out, event: Event, limits: Limits) -> None:
 
 
 def _get_event(r: Reader, limits: Limits) -> Event:
-    source = r.u64()
-    seq = r.u64()
-    ts = r.u64()
-    siglen = r.u8()
+    source, seq, ts, siglen, plen = r.unpack(_EVENT)
     if siglen not in (0, SIGNATURE_SIZE):
         raise RemoteProtocolError(f"signature of {siglen} bytes", fault="bad-signature-size")
-    plen = r.u32()
     signature = r.blob(siglen, SIGNATURE_SIZE, "signature")
     payload = r.blob(plen, limits.max_payload_size, "payload")
     return Event(source=source, seq=seq, ts=ts, payload=payload, signature=signature)
+
+
+def _put_events(out: _Out, events: tuple[Event, ...], limits: Limits) -> None:
+    out.count(len(events), limits.max_events_per_ball, "events")
+    for event in events:
+        _put_event(out, event, limits)
+
+
+def _get_events(r: Reader, limits: Limits) -> tuple[Event, ...]:
+    n = r.count(4, limits.max_events_per_ball, EVENT_HEAD_SIZE, "events")
+    return tuple(_get_event(r, limits) for _ in range(n))
 
 
 def _put_ids(out: _Out, ids: tuple[EventId, ...], limits: Limits) -> None:
@@ -129,6 +141,74 @@ _EID = struct.Struct(">QQ")
 def _get_ids(r: Reader, limits: Limits) -> tuple[EventId, ...]:
     n = r.count(4, limits.max_events_per_ball, _EID.size, "event ids")
     return tuple((r.u64(), r.u64()) for _ in range(n))
+
+
+def _put_id_runs(out: _Out, ids: tuple[EventId, ...], limits: Limits) -> None:
+    """Event ids as runs ``(source, first seq, count)``: a batch lists every
+    source's messages consecutively, so it takes one run per source."""
+    if len(ids) > limits.max_events_per_ball:
+        raise LocalProtocolError(
+            f"{len(ids)} event ids exceed the limit {limits.max_events_per_ball}"
+        )
+    runs: list[list[int]] = []
+    for source, seq in ids:
+        if runs:
+            last = runs[-1]
+            if last[0] == source and last[1] + last[2] == seq:
+                last[2] += 1
+                continue
+        runs.append([source, seq, 1])
+    out.u32(len(runs))
+    for source, first, count in runs:
+        out.pack(_RUN, source, first, count)
+
+
+def _get_id_runs(r: Reader, limits: Limits) -> tuple[EventId, ...]:
+    limit = limits.max_events_per_ball
+    n = r.count(4, limit, _RUN.size, "id runs")
+    ids: list[EventId] = []
+    for _ in range(n):
+        source, first, count = r.unpack(_RUN)
+        _check_run(first, count, len(ids), limit)
+        ids.extend(zip(repeat(source, count), range(first, first + count), strict=True))
+    return tuple(ids)
+
+
+def _check_run(first: int, count: int, have: int, limit: int) -> None:
+    if count == 0 or first + count - 1 > _U64_MAX:
+        raise RemoteProtocolError(f"run of {count} from {first}", fault="bad-value")
+    if have + count > limit:
+        raise RemoteProtocolError(f"more than {limit} ids in runs", fault="too-many")
+
+
+def _put_assigned(out: _Out, assigned: tuple[tuple[int, EventId], ...], limits: Limits) -> None:
+    """Assignments as runs ``(seq, source, first source seq, count)``."""
+    if len(assigned) > limits.max_events_per_ball:
+        raise LocalProtocolError(
+            f"{len(assigned)} assignments exceed the limit {limits.max_events_per_ball}"
+        )
+    runs: list[list[int]] = []
+    for seq, (source, sseq) in assigned:
+        if runs:
+            last = runs[-1]
+            if last[1] == source and last[0] + last[3] == seq and last[2] + last[3] == sseq:
+                last[3] += 1
+                continue
+        runs.append([seq, source, sseq, 1])
+    out.u32(len(runs))
+    for seq, source, first, count in runs:
+        out.pack(_SEQ_RUN, seq, source, first, count)
+
+
+def _get_assigned(r: Reader, limits: Limits) -> tuple[tuple[int, EventId], ...]:
+    limit = limits.max_events_per_ball
+    n = r.count(4, limit, _SEQ_RUN.size, "assignment runs")
+    out: list[tuple[int, EventId]] = []
+    for _ in range(n):
+        seq, source, first, count = r.unpack(_SEQ_RUN)
+        _check_run(max(seq, first), count, len(out), limit)
+        out.extend((seq + i, (source, first + i)) for i in range(count))
+    return tuple(out)
 
 
 def _put_pids(out: _Out, pids: tuple[int, ...] | frozenset[int]) -> None:
@@ -159,7 +239,7 @@ def _put_state(out: _Out, s: TokenState, limits: Limits) -> None:
     out.count(len(s.batches), limits.max_events_per_ball, "batches")
     for batch in s.batches:
         out.u64(batch.first)
-        _put_ids(out, batch.ids, limits)
+        _put_id_runs(out, batch.ids, limits)
         _put_pids(out, batch.holders)
     out.count(len(s.sources), MAX_MEMBERS, "sources")
     for source, nxt in s.sources:
@@ -167,10 +247,10 @@ def _put_state(out: _Out, s: TokenState, limits: Limits) -> None:
 
 
 def _get_state(r: Reader, limits: Limits) -> TokenState:
-    instance, hop, next_seq, low, stable, digest = (r.u64() for _ in range(6))
+    instance, hop, next_seq, low, stable, digest = r.unpack(_STATE)
     n = r.count(4, limits.max_events_per_ball, 16, "batches")
     batches = tuple(
-        Batch(first=r.u64(), ids=_get_ids(r, limits), holders=frozenset(_get_pids(r)))
+        Batch(first=r.u64(), ids=_get_id_runs(r, limits), holders=frozenset(_get_pids(r)))
         for _ in range(n)
     )
     n = r.count(4, MAX_MEMBERS, _EID.size, "sources")
@@ -259,16 +339,12 @@ def _token_ack(out: _Out, m: TokenAck, _lim: Limits) -> None:
 
 def _order(out: _Out, m: Order, lim: Limits) -> None:
     _put_state(out, m.state, lim)
-    out.count(len(m.assigned), lim.max_events_per_ball, "assignments")
-    for seq, (source, sseq) in m.assigned:
-        out.u64(seq)
-        out.pack(_EID, source, sseq)
+    _put_assigned(out, m.assigned, lim)
 
 
 def _get_order(r: Reader, lim: Limits) -> Order:
     state = _get_state(r, lim)
-    n = r.count(4, lim.max_events_per_ball, 24, "assignments")
-    return Order(state=state, assigned=tuple((r.u64(), (r.u64(), r.u64())) for _ in range(n)))
+    return Order(state=state, assigned=_get_assigned(r, lim))
 
 
 def _heartbeat(out: _Out, m: Heartbeat, _lim: Limits) -> None:
@@ -283,17 +359,14 @@ def _fetch(out: _Out, m: Fetch, lim: Limits) -> None:
 def _catchup(out: _Out, m: Catchup, lim: Limits) -> None:
     out.pack(_EID, m.stable, m.oldest)
     _put_seq_events(out, m.entries, lim)
-    out.count(len(m.events), lim.max_events_per_ball, "events")
-    for event in m.events:
-        _put_event(out, event, lim)
+    _put_events(out, m.events, lim)
 
 
 def _get_catchup(r: Reader, lim: Limits) -> Catchup:
     stable = r.u64()
     oldest = r.u64()
     entries = _get_seq_events(r, lim)
-    n = r.count(4, lim.max_events_per_ball, EVENT_HEAD_SIZE, "events")
-    events = tuple(_get_event(r, lim) for _ in range(n))
+    events = _get_events(r, lim)
     return Catchup(entries=entries, events=events, stable=stable, oldest=oldest)
 
 
@@ -412,6 +485,13 @@ _KINDS: tuple[tuple[int, str, type[Any], Put, Get], ...] = (
         lambda r, lim: Accepted(instance=r.u64(), ballot=_get_ballot(r)),
     ),
     (30, "tr-decided", Decided, _decided, lambda r, lim: Decided(config=_get_ring(r, lim))),
+    (
+        31,
+        "tr-data-batch",
+        DataBatch,
+        lambda out, m, lim: _put_events(out, m.events, lim),
+        lambda r, lim: DataBatch(events=_get_events(r, lim)),
+    ),
 )
 
 
@@ -428,7 +508,7 @@ TOKEN_RING_KINDS: tuple[FrameKind, ...] = tuple(
     FrameKind(code=code, name=name, type=cls, encode=_encoder(put), decode=get)
     for code, name, cls, put, get in _KINDS
 )
-"""One frame kind per token-ring message type, codes 16..30."""
+"""One frame kind per token-ring message type, codes 16..31."""
 
 
 def token_ring_registry() -> FrameRegistry:

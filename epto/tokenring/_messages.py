@@ -100,6 +100,14 @@ class Data:
 
 
 @attrs.frozen(kw_only=True, slots=True)
+class DataBatch:
+    """Several broadcasts of one source, sent together to every member: what
+    ``len(events)`` :class:`Data` messages sent one after the other carry."""
+
+    events: tuple[Event, ...]
+
+
+@attrs.frozen(kw_only=True, slots=True)
 class Token:
     """The token, passed from one core member to the next."""
 
@@ -222,6 +230,7 @@ class Decided:
 
 Message: TypeAlias = (
     Data
+    | DataBatch
     | Token
     | TokenAck
     | Order

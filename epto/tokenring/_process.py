@@ -31,6 +31,7 @@ from ._messages import (
     Catchup,
     ConfigRequest,
     Data,
+    DataBatch,
     Decided,
     Fetch,
     Heartbeat,
@@ -98,6 +99,10 @@ class TokenRingProcess:
         self._deliveries: deque[Delivery] = deque()
         self._next_seq = 0
         self._own: dict[int, tuple[Event, float]] = {}
+        self._unsent: list[Event] = []
+        """Own broadcasts not handed out yet: they leave as one message."""
+        self._own_progress = (0, now)
+        """(the token's counter of our messages, when it last moved)."""
         self._joiners: dict[ProcessId, float] = {}
         self._contacts = tuple(contacts)
         self._token: TokenState | None = None
@@ -170,7 +175,9 @@ class TokenRingProcess:
         event = Event(source=self.pid, seq=seq, ts=0, payload=bytes(payload))
         self._own[seq] = (event, now)
         self._book.add_event(event)
-        self._send_all(Data(event=event))
+        self._unsent.append(event)
+        if len(self._unsent) >= self.cfg.max_batch:
+            self._flush_data()
         self._counts["broadcasts"] += 1
         self._hurry_token(now)
         return event.id
@@ -230,6 +237,8 @@ class TokenRingProcess:
         return t
 
     def messages_to_send(self) -> list[tuple[ProcessId, Message]]:
+        if self._unsent:
+            self._flush_data()
         out = self._outbox
         self._outbox = []
         return out
@@ -268,14 +277,26 @@ class TokenRingProcess:
     def memory_sizes(self) -> dict[str, int]:
         sizes = self._book.sizes()
         sizes["own_unsequenced"] = len(self._own)
-        sizes["outbox"] = len(self._outbox)
+        sizes["outbox"] = len(self._outbox) + len(self._unsent)
         return sizes
 
     # -- sending ------------------------------------------------------------
 
     def _send(self, dest: ProcessId, message: Message) -> None:
+        if self._unsent:
+            # Own broadcasts leave before anything sent after them (FIFO links).
+            self._flush_data()
         self._outbox.append((dest, message))
         self._counts["sent"] += 1
+
+    def _flush_data(self) -> None:
+        """Send the buffered own broadcasts to every member, as one message."""
+        events = self._unsent
+        self._unsent = []
+        message: Message = (
+            Data(event=events[0]) if len(events) == 1 else DataBatch(events=tuple(events))
+        )
+        self._send_all(message)
 
     def _send_all(self, message: Message, skip: ProcessId | None = None) -> None:
         for p in self.config.members:
@@ -291,21 +312,33 @@ class TokenRingProcess:
     # -- data and order -----------------------------------------------------
 
     def _on_data(self, sender: ProcessId, msg: Data, now: float) -> None:
-        if not self._book.has_payload(msg.event.id):
-            self._book.add_event(msg.event)
+        self._book.add_event(msg.event)
+        if self._pending is not None:
+            self._try_accept(now)
+        self._hurry_token(now)
+
+    def _on_data_batch(self, sender: ProcessId, msg: DataBatch, now: float) -> None:
+        add = self._book.add_event
+        for event in msg.events:
+            add(event)
         if self._pending is not None:
             self._try_accept(now)
         self._hurry_token(now)
 
     def _hurry_token(self, now: float) -> None:
-        if self._token is not None and len(self.config.core) == 1:
+        if self._token is None:
+            return
+        if len(self._book.pool) >= self.cfg.max_batch:
+            # A full batch is waiting: holding the token longer gains nothing.
+            self._pass_at = min(self._pass_at, now)
+        elif len(self.config.core) == 1:
             self._pass_at = min(self._pass_at, now + self.cfg.token_hold)
 
     def _learn(self, state: TokenState) -> None:
         """Take in a snapshot of the current instance's token."""
         book = self._book
         try:
-            book.learn(state.assignments().items(), state.stable)
+            book.learn_batches(state.batches, state.stable)
             book.check_digest(state.low, state.low_digest)
         except seqr.Divergence:
             self._leave(Input.DIVERGED)
@@ -349,13 +382,28 @@ class TokenRingProcess:
 
     def _resend_own(self, now: float) -> None:
         """Retransmit own messages not sequenced after a while (a broken link may
-        have lost them everywhere)."""
-        for seq, (event, sent) in list(self._own.items()):
-            if self._snap.already_sequenced(event.id):
-                continue
-            if now - sent >= self.cfg.token_timeout:
-                self._send_all(Data(event=event))
-                self._own[seq] = (event, now)
+        have lost them everywhere).
+
+        Only when the token's counter of our messages has not moved for
+        ``token_timeout``: while it moves, the messages are getting through
+        (a backlog in the links is not a loss, and retransmitting into it only
+        deepens it)."""
+        sequenced = dict(self._snap.sources).get(self.pid, 0)
+        count, since = self._own_progress
+        if sequenced != count:
+            self._own_progress = (sequenced, now)
+            return
+        waiting = [
+            (seq, event, sent) for seq, (event, sent) in self._own.items() if seq >= sequenced
+        ]
+        if not waiting or now - max(since, waiting[0][2]) < self.cfg.token_timeout:
+            return
+        for seq, event, _ in waiting:
+            self._own[seq] = (event, now)
+        for i in range(0, len(waiting), self.cfg.max_batch):
+            chunk = tuple(event for _, event, _ in waiting[i : i + self.cfg.max_batch])
+            self._send_all(Data(event=chunk[0]) if len(chunk) == 1 else DataBatch(events=chunk))
+        self._own_progress = (sequenced, now)
 
     # -- fetching -----------------------------------------------------------
 
@@ -480,7 +528,9 @@ class TokenRingProcess:
         if state.stable > before:
             book = self._book
             assigned = []
-            for seq in range(before, state.stable):
+            # The notice carries the state, whose batches hold every assignment
+            # from ``low`` on: list only the newly stable ones below it.
+            for seq in range(before, min(state.stable, state.low)):
                 eid = book.assignment(seq)
                 if eid is not None:
                     assigned.append((seq, eid))
@@ -490,7 +540,8 @@ class TokenRingProcess:
         token = self._token
         assert token is not None
         pool = self._book.pool
-        for eid in [e for e in pool if token.already_sequenced(e)]:
+        counters = dict(token.sources)
+        for eid in [e for e in pool if e[1] < counters.get(e[0], 0)]:
             del pool[eid]
         ids = seqr.pick(token, pool, self.cfg.max_batch)
         new = seqr.sequence(token, self.pid, ids, self.config.core, self._k())
@@ -574,6 +625,7 @@ class TokenRingProcess:
 
 _HANDLERS: dict[type, Callable[[TokenRingProcess, ProcessId, Any, float], None]] = {
     Data: TokenRingProcess._on_data,
+    DataBatch: TokenRingProcess._on_data_batch,
     Token: TokenRingProcess._on_token,
     TokenAck: TokenRingProcess._on_token_ack,
     Order: TokenRingProcess._on_order,

@@ -44,11 +44,14 @@ def accept(state: TokenState, me: ProcessId, core: Iterable[ProcessId], k: int) 
 
 
 def pick(state: TokenState, pool: Iterable[EventId], limit: int) -> list[EventId]:
-    """The ids of ``pool`` (in arrival order) to sequence next.
+    """The ids of ``pool`` to sequence next, grouped by source.
 
     Every source's messages are sequenced in the order of their ``seq``, with
     no gap: the token's per-source counters make a message that was sequenced
-    once impossible to sequence again, by any holder, in any later view.
+    once impossible to sequence again, by any holder, in any later view. The
+    choice follows the pool's arrival order; the chosen ids are then listed
+    source by source (each source's in ``seq`` order), so that a batch is a
+    few runs of consecutive ids.
     """
     expected = dict(state.sources)
     out: list[EventId] = []
@@ -58,6 +61,7 @@ def pick(state: TokenState, pool: Iterable[EventId], limit: int) -> list[EventId
             expected[source] = seq + 1
             if len(out) >= limit:
                 break
+    out.sort()
     return out
 
 
@@ -134,6 +138,13 @@ class OrderBook:
         self._digests: dict[int, int] = {start: 0}
         self._checks: dict[int, int] = {}
         self.digest_known = True
+        self._known: dict[int, tuple[EventId, ...]] = {}
+        """Token batches (first position -> ids) whose assignments are all
+        recorded here: a token or a notice carrying the same batch again is
+        not re-learned id by id. Emptied whenever an assignment is dropped."""
+        self._hold_cursor = start
+        """Every position in [next_deliver, _hold_cursor) is assigned and its
+        payload is here; reset whenever an assignment is dropped."""
 
     # -- payloads ------------------------------------------------------------
 
@@ -166,6 +177,24 @@ class OrderBook:
         if stable > self.stable:
             self.stable = stable
 
+    def learn_batches(self, batches: Iterable[Batch], stable: int) -> None:
+        """:meth:`learn` the assignments of token batches; a batch already
+        learned (same first position, same ids) is skipped."""
+        known = self._known
+        assign_one = self._assign_one
+        for b in batches:
+            ids = b.ids
+            if known.get(b.first) == ids:
+                continue
+            for seq, eid in enumerate(ids, b.first):
+                assign_one(seq, eid)
+            known[b.first] = ids
+        if stable > self.stable:
+            self.stable = stable
+        if len(known) > 256:
+            floor = self.next_deliver
+            self._known = {f: ids for f, ids in known.items() if f + len(ids) > floor}
+
     def _assign_one(self, seq: int, eid: EventId) -> None:
         if seq < self.next_deliver:
             logged = self.log.get(seq)
@@ -189,6 +218,8 @@ class OrderBook:
             self._held[eid] = event
 
     def _unassign(self, seq: int) -> None:
+        self._known.clear()
+        self._hold_cursor = self.next_deliver
         eid = self._assign.pop(seq)
         del self._where[eid]
         event = self._held.pop(eid, None)
@@ -227,10 +258,14 @@ class OrderBook:
         """Whether every message sequenced below ``end`` is here (token acceptance rule)."""
         held = self._held
         assign = self._assign
-        for seq in range(self.next_deliver, end):
+        seq = max(self._hold_cursor, self.next_deliver)
+        while seq < end:
             eid = assign.get(seq)
             if eid is None or eid not in held:
+                self._hold_cursor = seq
                 return False
+            seq += 1
+        self._hold_cursor = seq
         return True
 
     def entries(self, start: int, end: int) -> list[tuple[int, Event]]:
@@ -260,7 +295,13 @@ class OrderBook:
                 return
             del self._assign[seq]
             del self._where[eid]
-            stamped = attrs.evolve(event, ts=seq)
+            stamped = Event(
+                source=event.source,
+                seq=event.seq,
+                ts=seq,
+                payload=event.payload,
+                signature=event.signature,
+            )
             self._delivered_ids.add(*eid)
             self.log[seq] = stamped
             self.next_deliver = seq + 1
@@ -299,6 +340,7 @@ class OrderBook:
             self.stable = max(self.stable, start)
             self.digest = digest
             self._digests = {start: digest}
+            self._known.clear()
 
     def sizes(self) -> dict[str, int]:
         return {

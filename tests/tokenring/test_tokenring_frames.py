@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,6 +19,7 @@ from epto.tokenring._messages import (
     Catchup,
     ConfigRequest,
     Data,
+    DataBatch,
     Decided,
     Fetch,
     Heartbeat,
@@ -56,11 +58,29 @@ events = st.builds(
 )
 pids = st.lists(u64, max_size=5, unique=True).map(tuple)
 seq_events = st.lists(st.tuples(u64, events), max_size=3).map(tuple)
+
+
+def _expand(runs: list[tuple[int, int, int]]) -> tuple[tuple[int, int], ...]:
+    return tuple((source, first + i) for source, first, count in runs for i in range(count))
+
+
+# Batches list each source's messages consecutively: ids that form runs.
+id_runs = st.lists(st.tuples(u64, st.integers(0, 2**64 - 8), st.integers(1, 7)), max_size=3).map(
+    _expand
+)
 batches = st.builds(
     Batch,
     first=u64,
-    ids=st.lists(eids, max_size=4).map(tuple),
+    ids=st.one_of(st.lists(eids, max_size=4).map(tuple), id_runs),
     holders=st.frozensets(u64, max_size=4),
+)
+assigned_runs = st.lists(
+    st.tuples(st.integers(0, 2**64 - 8), u64, st.integers(0, 2**64 - 8), st.integers(1, 7)),
+    max_size=3,
+).map(
+    lambda runs: tuple(
+        (seq + i, (source, first + i)) for seq, source, first, count in runs for i in range(count)
+    )
 )
 states = st.builds(
     TokenState,
@@ -87,9 +107,14 @@ rings = st.builds(
 ballots = st.tuples(u64, u64)
 messages = st.one_of(
     st.builds(Data, event=events),
+    st.builds(DataBatch, events=st.lists(events, max_size=4).map(tuple)),
     st.builds(Token, state=states),
     st.builds(TokenAck, instance=u64, hop=u64),
-    st.builds(Order, state=states, assigned=st.lists(st.tuples(u64, eids), max_size=4).map(tuple)),
+    st.builds(
+        Order,
+        state=states,
+        assigned=st.one_of(st.lists(st.tuples(u64, eids), max_size=4).map(tuple), assigned_runs),
+    ),
     st.builds(Heartbeat, instance=u64, delivered=u64),
     st.builds(Fetch, start=u64, end=u64, ids=st.lists(eids, max_size=4).map(tuple)),
     st.builds(
@@ -122,10 +147,10 @@ def codec(sealed: bool = False) -> FrameCodec:
 
 
 def test_every_message_type_has_a_kind_in_the_reserved_range() -> None:
-    assert len(TOKEN_RING_KINDS) == 15
+    assert len(TOKEN_RING_KINDS) == 16
     assert all(16 <= kind.code <= 31 for kind in TOKEN_RING_KINDS)
     registry = token_ring_registry()
-    assert 1 in registry and 16 in registry and 30 in registry
+    assert 1 in registry and 16 in registry and 30 in registry and 31 in registry
 
 
 @SETTINGS
@@ -164,7 +189,10 @@ def _corpus() -> list[bytes]:
                 next_seq=3,
                 low=1,
                 stable=2,
-                batches=(Batch(first=1, ids=((i, 0), (2, 1)), holders=frozenset({1, 2})),),
+                batches=(
+                    Batch(first=1, ids=((i, 0), (2, 1)), holders=frozenset({1, 2})),
+                    Batch(first=3, ids=((i, 1), (i, 2), (i, 3), (2, 2)), holders=frozenset({1})),
+                ),
                 sources=((i, 2),),
             )
             ring = RingConfig(
@@ -179,8 +207,9 @@ def _corpus() -> list[bytes]:
             )
             for message in (
                 Data(event=event),
+                DataBatch(events=(event, attrs.evolve(event, seq=i + 1))),
                 Token(state=state),
-                Order(state=state, assigned=((1, (i, 0)),)),
+                Order(state=state, assigned=((1, (i, 0)), (2, (i, 1)), (3, (i, 2)), (4, (2, 9)))),
                 Catchup(entries=((1, event),), events=(event,), stable=2, oldest=0),
                 Promise(
                     instance=i,
@@ -228,3 +257,39 @@ def test_fuzz_raises_only_the_library_error(sealed: bool) -> None:
         c.receive(data)
     assert sum(c.rejected.values()) > 3000
     assert "truncated" in c.rejected
+
+
+def test_batches_and_assignments_travel_as_runs() -> None:
+    c = codec()
+    ids = tuple((source, seq) for source in (1, 2, 3) for seq in range(100, 400))
+    state = TokenState(
+        instance=1,
+        hop=2,
+        next_seq=900,
+        low=0,
+        stable=0,
+        batches=(Batch(first=0, ids=ids, holders=frozenset({1})),),
+    )
+    assigned = tuple((i, eid) for i, eid in enumerate(ids))
+    (frame,) = c.encode(1, Order(state=state, assigned=assigned))
+    # 900 ids and 900 assignments, three runs each: a few hundred bytes.
+    assert len(frame) < 400
+    assert c.decode(frame).message == Order(state=state, assigned=assigned)
+
+
+@pytest.mark.parametrize(
+    ("first", "count", "fault"),
+    [(5, 0, "bad-value"), (2**64 - 2, 3, "bad-value"), (0, 5000, "too-many")],
+)
+def test_hostile_runs_are_refused(first: int, count: int, fault: str) -> None:
+    import struct
+
+    from epto._frames import pack_header
+
+    c = codec()
+    kind = token_ring_registry().by_type(Token)
+    body = struct.pack(">QQQQQQ", 1, 1, 1, 0, 0, 0) + struct.pack(">I", 1)
+    body += struct.pack(">Q", 0) + struct.pack(">I", 1) + struct.pack(">QQI", 9, first, count)
+    body += struct.pack(">I", 0) + struct.pack(">I", 0)
+    assert c.receive(pack_header(kind.code, 1, GROUP) + body) is None
+    assert c.rejected[fault] == 1

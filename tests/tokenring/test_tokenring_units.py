@@ -45,7 +45,9 @@ def test_pick_keeps_each_source_in_seq_order_and_never_twice() -> None:
         instance=0, hop=0, next_seq=3, low=3, stable=3, batches=(), sources=((1, 2),)
     )
     pool = [(1, 0), (2, 1), (1, 2), (2, 0), (1, 3)]
-    assert pick(state, pool, limit=10) == [(1, 2), (2, 0), (1, 3)]
+    # Chosen in arrival order, listed source by source (runs of consecutive ids).
+    assert pick(state, pool, limit=10) == [(1, 2), (1, 3), (2, 0)]
+    assert pick(state, pool, limit=2) == [(1, 2), (2, 0)]
     assert pick(state, pool, limit=1) == [(1, 2)]
     assert state.already_sequenced((1, 1)) and not state.already_sequenced((1, 2))
 
