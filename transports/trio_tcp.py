@@ -45,7 +45,7 @@ from epto import (
 )
 from epto._limits import HEADER_SIZE
 from epto.tokenring import TokenRingConfig, TokenRingProcess, token_ring_registry
-from epto.tokenring._messages import Catchup, DataBatch
+from epto.tokenring._messages import Catchup, DataBatch, Order
 
 from ._common import (
     Address,
@@ -59,6 +59,7 @@ __all__ = ["TokenRingNode", "TokenRingNodeConfig", "TokenRingNodeStatistics"]
 
 _LENGTH = struct.Struct(">I")
 _RECV_SIZE = 262_144
+_FRAMES_PER_TURN = 16
 
 
 def _stream_limits() -> Limits:
@@ -69,19 +70,32 @@ def _stream_limits() -> Limits:
 def encode_split(
     codec: FrameCodec, sender: ProcessId, message: object, *, to: ProcessId | None
 ) -> list[bytes]:
-    """The frames of ``message``; a catch-up or a batch of broadcasts too big
-    for one frame is split in halves (in order; each part of a catch-up keeps
-    ``stable`` and ``oldest``, so receiving the parts one after the other is
-    receiving the whole). Raises
+    """The frames of ``message``; a catch-up, a batch of broadcasts or an order
+    notice too big for one frame is split in halves (in order; each part of a
+    catch-up keeps ``stable`` and ``oldest``, each part of a notice its state,
+    so receiving the parts one after the other is receiving the whole). Raises
     :class:`LocalProtocolError` when a message still does not fit."""
     try:
         return codec.encode(sender, message, to=to)
     except LocalProtocolError:
+        parts: tuple[object, object] | None = None
         if isinstance(message, DataBatch) and len(message.events) >= 2:
             half = len(message.events) // 2
-            return encode_split(
-                codec, sender, DataBatch(events=message.events[:half]), to=to
-            ) + encode_split(codec, sender, DataBatch(events=message.events[half:]), to=to)
+            parts = (
+                DataBatch(events=message.events[:half]),
+                DataBatch(events=message.events[half:]),
+            )
+        elif isinstance(message, Order) and len(message.assigned) >= 2:
+            # Each part carries the state: learning it twice is learning it once.
+            half = len(message.assigned) // 2
+            parts = (
+                attrs.evolve(message, assigned=message.assigned[:half]),
+                attrs.evolve(message, assigned=message.assigned[half:]),
+            )
+        if parts is not None:
+            return encode_split(codec, sender, parts[0], to=to) + encode_split(
+                codec, sender, parts[1], to=to
+            )
         if not isinstance(message, Catchup):
             raise
         n, m = len(message.entries), len(message.events)
@@ -493,7 +507,7 @@ class TokenRingNode:
                         return
                     buffer += chunk
                     pos = 0
-                    fed = False
+                    fed = 0
                     while len(buffer) - pos >= _LENGTH.size:
                         (length,) = _LENGTH.unpack_from(buffer, pos)
                         if length > max_frame or length < HEADER_SIZE:
@@ -511,7 +525,12 @@ class TokenRingNode:
                         if self._state == "closed":
                             return
                         process.receive(frame.sender, frame.message, now)
-                        fed = True
+                        fed += 1
+                        if fed % _FRAMES_PER_TURN == 0:
+                            # A long chunk: let the other tasks run (send
+                            # what these frames produced, a token to pass on).
+                            self._after_input()
+                            await trio.lowlevel.checkpoint()
                     del buffer[:pos]
                     if fed:
                         self._after_input()

@@ -65,8 +65,9 @@ class TokenRingConfig:
     log_retention: int = attrs.field(default=10_000)
     """Delivered messages kept to serve members that fetch what they missed; a
     member that falls further behind must rejoin under a new identity."""
-    max_batch: int = attrs.field(default=1024)
-    """Most messages one token visit sequences."""
+    max_batch: int = attrs.field(default=8192)
+    """Most messages one token visit sequences (the token lists them in
+    batches of at most 1024 ids)."""
 
     def __attrs_post_init__(self) -> None:
         if self.k is not None and (not isinstance(self.k, int) or self.k < 1):

@@ -48,6 +48,10 @@ from ._messages import (
 )
 from ._viewchange import bootstrap
 
+DELIVER_CHUNK = 256
+"""Most messages one input (receive or handle_timer) delivers; more wait for
+the next handle_timer, which is due at once."""
+
 
 @attrs.frozen(kw_only=True, slots=True)
 class TokenRingStatistics:
@@ -111,6 +115,8 @@ class TokenRingProcess:
         self._accepted_hop = -1
         """Hop of the last token of the current configuration accepted here."""
         self._pass_at = math.inf
+        self._deliver_at = math.inf
+        """Due when a delivery was cut at DELIVER_CHUNK messages."""
         self._token_seen = now
         self._fetch_since: float | None = None
         self._fetch_sent = -math.inf
@@ -176,7 +182,7 @@ class TokenRingProcess:
         self._own[seq] = (event, now)
         self._book.add_event(event)
         self._unsent.append(event)
-        if len(self._unsent) >= self.cfg.max_batch:
+        if len(self._unsent) >= seqr.BATCH_IDS:
             self._flush_data()
         self._counts["broadcasts"] += 1
         self._hurry_token(now)
@@ -227,7 +233,9 @@ class TokenRingProcess:
             return math.inf
         if self.role is Role.JOINING:
             return self._join_at
-        t = min(self._hb_at, self._pass_at if self._token is not None else math.inf)
+        t = min(
+            self._hb_at, self._deliver_at, self._pass_at if self._token is not None else math.inf
+        )
         if self._passed is not None:
             t = min(t, self._passed[2] + self._resend_period())
         if self._fetch_since is not None:
@@ -328,7 +336,7 @@ class TokenRingProcess:
     def _hurry_token(self, now: float) -> None:
         if self._token is None:
             return
-        if len(self._book.pool) >= self.cfg.max_batch:
+        if len(self._book.pool) >= seqr.BATCH_IDS:
             # A full batch is waiting: holding the token longer gains nothing.
             self._pass_at = min(self._pass_at, now)
         elif len(self.config.core) == 1:
@@ -365,11 +373,23 @@ class TokenRingProcess:
     def _deliver(self, now: float) -> None:
         if self.role not in (Role.CORE, Role.EXTERNAL):
             return
+        self._deliver_at = math.inf
+        count = 0
+        out = self._deliveries
+        own = self._own
+        me = self.pid
         try:
             for event in self._book.deliver():
-                self._deliveries.append(Delivery(event=event))
-                if event.source == self.pid:
-                    self._own.pop(event.seq, None)
+                out.append(Delivery(event=event))
+                if event.source == me:
+                    own.pop(event.seq, None)
+                count += 1
+                if count >= DELIVER_CHUNK:
+                    # Bound the work of one input: the rest is delivered by
+                    # the next handle_timer (due now), so that a driver sends
+                    # what this input produced (a token) first.
+                    self._deliver_at = now
+                    return
         except seqr.Divergence:
             self._leave(Input.DIVERGED)
             return
@@ -400,8 +420,8 @@ class TokenRingProcess:
             return
         for seq, event, _ in waiting:
             self._own[seq] = (event, now)
-        for i in range(0, len(waiting), self.cfg.max_batch):
-            chunk = tuple(event for _, event, _ in waiting[i : i + self.cfg.max_batch])
+        for i in range(0, len(waiting), seqr.BATCH_IDS):
+            chunk = tuple(event for _, event, _ in waiting[i : i + seqr.BATCH_IDS])
             self._send_all(Data(event=chunk[0]) if len(chunk) == 1 else DataBatch(events=chunk))
         self._own_progress = (sequenced, now)
 
@@ -521,7 +541,9 @@ class TokenRingProcess:
         self._token_seen = now
         self._take(accepted, state.stable)
         self._token = accepted
-        self._pass_at = now + self.cfg.token_hold
+        # With a full batch waiting, pass at once (see _hurry_token).
+        full = len(self._book.pool) >= seqr.BATCH_IDS
+        self._pass_at = now if full else now + self.cfg.token_hold
 
     def _take(self, state: TokenState, before: int) -> None:
         self._learn(state)

@@ -23,6 +23,10 @@ from .._event import Event, EventId, ProcessId
 from .._intervals import SeqIntervals
 from ._messages import Batch, TokenState
 
+BATCH_IDS = 1024
+"""Most ids one batch of the token lists (the default ``Limits.max_events_per_ball``);
+a token visit that sequences more adds several batches."""
+
 
 def chain(digest: int, eid: EventId) -> int:
     """Extend the order digest by one assignment."""
@@ -75,10 +79,12 @@ def sequence(
     """Assign the next sequence numbers to ``ids`` (held by ``me``, chosen by :func:`pick`)."""
     batches = list(state.batches)
     sources = dict(state.sources)
-    if ids:
-        batches.append(Batch(first=state.next_seq, ids=tuple(ids), holders=frozenset({me})))
-        for source, seq in ids:
-            sources[source] = seq + 1
+    holders = frozenset({me})
+    for i in range(0, len(ids), BATCH_IDS):
+        chunk = tuple(ids[i : i + BATCH_IDS])
+        batches.append(Batch(first=state.next_seq + i, ids=chunk, holders=holders))
+    for source, seq in ids:
+        sources[source] = seq + 1
     new = attrs.evolve(
         state, next_seq=state.next_seq + len(ids), sources=tuple(sorted(sources.items()))
     )
