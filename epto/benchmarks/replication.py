@@ -10,6 +10,8 @@ applies every command it delivers to a counter and records when. Figures:
   the time from the first submission to the last replica applying the last);
 * latency: from submission to application at the submitting replica (local)
   and at the last of the three replicas (all), p50 and p99;
+* cpu s: CPU seconds the three workers used from their first submission until
+  they had applied every command (less noisy than the rates on a shared machine);
 * EpTO's floor: an event is delivered once stable, ``TTL`` rounds after it
   was broadcast, so latency cannot go below TTL x round interval.
 
@@ -113,12 +115,14 @@ def _epto_zmq(
         threading.Thread(target=drain, daemon=True).start()
         barrier.wait()
         t0 = time.time()
+        cpu0 = time.process_time()
         submits = {}
         for k in range(args.commands):
             _pace(t0, k, args.rate)
             submits[node.broadcast(b"incr")] = time.time()
         done.wait(args.timeout)
-        return {"t0": t0, "submits": submits, "applied": applied, "order": order}
+        cpu = time.process_time() - cpu0
+        return {"t0": t0, "submits": submits, "applied": applied, "order": order, "cpu": cpu}
 
 
 def _epto_trio(
@@ -143,6 +147,7 @@ def _epto_trio(
         async with trio_udp.TrioNode(config) as node:
             await trio.to_thread.run_sync(barrier.wait)
             t0 = result["t0"] = time.time()
+            cpu0 = time.process_time()
 
             async def submit() -> None:
                 for k in range(args.commands):
@@ -161,10 +166,17 @@ def _epto_trio(
                         order.append(eid)
                         if len(order) == total:
                             break
+                result["cpu"] = time.process_time() - cpu0
                 nursery.cancel_scope.cancel()
 
     trio.run(main)
-    return {"t0": result["t0"], "submits": submits, "applied": applied, "order": order}
+    return {
+        "t0": result["t0"],
+        "submits": submits,
+        "applied": applied,
+        "order": order,
+        "cpu": result.get("cpu", 0.0),
+    }
 
 
 def _token_ring(
@@ -194,6 +206,7 @@ def _token_ring(
             await _ring_formed(node, len(members), min(30.0, args.timeout))
             await trio.to_thread.run_sync(barrier.wait)
             t0 = result["t0"] = time.time()
+            cpu0 = time.process_time()
             before = node.process.statistics()
 
             async def submit() -> None:
@@ -223,6 +236,7 @@ def _token_ring(
                         order.append(eid)
                         if len(order) == total:
                             break
+                result["cpu"] = time.process_time() - cpu0
                 # The others may still wait for this member's acknowledgements:
                 # keep serving until every worker has applied everything.
                 await trio.to_thread.run_sync(wait_barrier)
@@ -239,6 +253,7 @@ def _token_ring(
         "submits": submits,
         "applied": applied,
         "order": order,
+        "cpu": result.get("cpu", 0.0),
         "changes": result.get("changes", 0),
         "fetches": result.get("fetches", 0),
     }
@@ -296,6 +311,7 @@ def _pysyncobj(
         time.sleep(0.01)
     barrier.wait()
     t0 = time.time()
+    cpu0 = time.process_time()
     submits = {}
     errors = 0
 
@@ -310,9 +326,17 @@ def _pysyncobj(
         submits[tag] = time.time()
         counter.inc(tag, callback=callback)
     done.wait(args.timeout)
+    cpu = time.process_time() - cpu0
     time.sleep(0.2)
     obj.destroy()
-    return {"t0": t0, "submits": submits, "applied": applied, "order": [], "errors": errors}
+    return {
+        "t0": t0,
+        "submits": submits,
+        "applied": applied,
+        "order": [],
+        "errors": errors,
+        "cpu": cpu,
+    }
 
 
 _WORKERS = {
@@ -401,6 +425,7 @@ def _measure(system: str, args: argparse.Namespace) -> dict[str, Any]:
         "local_p99": _percentile(local, 0.99),
         "all_p50": _percentile(everywhere, 0.5),
         "all_p99": _percentile(everywhere, 0.99),
+        "cpu": sum(r.get("cpu", 0.0) for r in results.values()),
     }
     if system.startswith("epto") or system == "token-ring":
         from epto.check import check
@@ -427,7 +452,7 @@ def run(args: argparse.Namespace) -> int:
     )
     header = (
         f"{'system':<11} {'applied/s':>10} {'local p50':>10} {'local p99':>10} "
-        f"{'all p50':>9} {'all p99':>9}  notes"
+        f"{'all p50':>9} {'all p99':>9} {'cpu s':>6}  notes"
     )
     print(header)
     status = 0
@@ -451,6 +476,6 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"{r['system']:<11} {r['throughput']:>10.0f} {r['local_p50'] * ms:>8.1f}ms "
             f"{r['local_p99'] * ms:>8.1f}ms {r['all_p50'] * ms:>7.1f}ms "
-            f"{r['all_p99'] * ms:>7.1f}ms  " + ", ".join(notes)
+            f"{r['all_p99'] * ms:>7.1f}ms {r['cpu']:>6.2f}  " + ", ".join(notes)
         )
     return status

@@ -168,3 +168,27 @@ def test_a_catchup_too_big_for_one_frame_is_split_in_order() -> None:
     assert all(p.stable == 150 and p.oldest == 3 for p in parts)
     assert tuple(e for p in parts for e in p.entries) == entries
     assert tuple(e for p in parts for e in p.events) == extra
+
+
+def test_a_batch_of_broadcasts_or_a_notice_too_big_for_one_frame_is_split_in_order() -> None:
+    from epto.transports.trio_tcp import encode_split
+
+    from epto import Event, FrameCodec, Limits
+    from epto.tokenring import token_ring_registry
+    from epto.tokenring._messages import DataBatch, Order, TokenState
+
+    limits = Limits.for_frame_size(4096, max_events_per_ball=64)
+    codec = FrameCodec(group=1, limits=limits, registry=token_ring_registry())
+    events = tuple(Event(source=1, seq=i, ts=0, payload=bytes(100)) for i in range(200))
+    frames = encode_split(codec, 1, DataBatch(events=events), to=2)
+    assert len(frames) > 1
+    parts = [codec.decode(f).message for f in frames]
+    assert tuple(e for p in parts for e in p.events) == events
+    state = TokenState(instance=1, hop=3, next_seq=500, low=500, stable=500, batches=())
+    # Scattered assignments (no runs): more than 64 do not fit one list.
+    assigned = tuple((i, (i % 7, i)) for i in range(300))
+    frames = encode_split(codec, 1, Order(state=state, assigned=assigned), to=2)
+    assert len(frames) > 1
+    notices = [codec.decode(f).message for f in frames]
+    assert all(n.state == state for n in notices)
+    assert tuple(a for n in notices for a in n.assigned) == assigned

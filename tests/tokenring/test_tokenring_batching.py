@@ -1,0 +1,160 @@
+"""The token ring's batching: broadcasts leave together, a token visit
+sequences several batches, delivery is bounded per input, the order book
+learns a batch once, and own messages are retransmitted only when the token's
+counter for them stalls."""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Callable
+
+from epto import Event
+from epto.check import check
+from epto.tokenring import TokenRingConfig, TokenRingProcess
+from epto.tokenring._messages import Batch, Data, DataBatch, Message, Token
+from epto.tokenring._process import DELIVER_CHUNK
+from epto.tokenring._sequencer import BATCH_IDS, OrderBook
+
+Drop = Callable[[int, int, Message], bool]
+
+
+def _ring(n: int = 3, **fields: object) -> dict[int, TokenRingProcess]:
+    members = list(range(1, n + 1))
+    cfg = TokenRingConfig(**fields)  # type: ignore[arg-type]
+    return {
+        p: TokenRingProcess(p, cfg, rng=random.Random(p), now=0.0, members=members) for p in members
+    }
+
+
+class Net:
+    """Zero-delay FIFO links; records what was sent and how much each input delivered."""
+
+    def __init__(self, procs: dict[int, TokenRingProcess], drop: Drop | None = None) -> None:
+        self.procs = procs
+        self.drop = drop or (lambda src, dst, m: False)
+        self.t = 0.0
+        self.sent: list[tuple[int, int, Message]] = []
+        self.delivered: dict[int, list[tuple[int, int]]] = {p: [] for p in procs}
+        self.per_input: list[int] = []
+        self._queue: deque[tuple[int, int, Message]] = deque()
+
+    def _collect(self, proc: TokenRingProcess) -> None:
+        got = [d.event.id for d in proc.deliveries()]
+        self.delivered[proc.pid] += got
+        self.per_input.append(len(got))
+        for dest, message in proc.messages_to_send():
+            self.sent.append((proc.pid, dest, message))
+            self._queue.append((proc.pid, dest, message))
+
+    def run(self, until: float) -> None:
+        for proc in self.procs.values():
+            self._collect(proc)
+        while True:
+            if self._queue:
+                src, dest, message = self._queue.popleft()
+                if not self.drop(src, dest, message):
+                    self.procs[dest].receive(src, message, self.t)
+                    self._collect(self.procs[dest])
+                continue
+            due = min(p.get_timer() for p in self.procs.values())
+            if due > until:
+                self.t = until
+                return
+            self.t = max(self.t, due)
+            for proc in self.procs.values():
+                if proc.get_timer() <= self.t:
+                    proc.handle_timer(self.t)
+                    self._collect(proc)
+
+
+def test_a_burst_leaves_in_batches_and_one_visit_sequences_several_batches() -> None:
+    procs = _ring()
+    sender = procs[2]
+    ids = [sender.broadcast(b"x%d" % i, 0.0) for i in range(3000)]
+    net = Net(procs)
+    net.run(1.0)
+    data = [(d, m) for s, d, m in net.sent if s == 2 and isinstance(m, Data | DataBatch)]
+    # 3000 broadcasts: three batches of at most 1024 to each of the two peers.
+    assert len(data) == 6 and all(isinstance(m, DataBatch) for _, m in data)
+    to_1 = [e.id for d, m in data if d == 1 for e in m.events]  # type: ignore[union-attr]
+    assert to_1 == ids
+    tokens = [m.state for _, _, m in net.sent if isinstance(m, Token)]
+    assert any(len(s.batches) >= 3 for s in tokens)
+    assert all(len(b.ids) <= BATCH_IDS for s in tokens for b in s.batches)
+    assert all(seq == net.delivered[1] for seq in net.delivered.values())
+    assert sorted(net.delivered[1]) == sorted(ids)
+    assert check(net.delivered).ok
+    # Delivery is bounded per input; the rest follows on the next timer.
+    assert max(net.per_input) == DELIVER_CHUNK
+
+
+def test_own_broadcasts_leave_before_what_is_sent_after_them() -> None:
+    procs = _ring()
+    holder = procs[1]  # the first member starts with the token
+    assert holder.holds_token()
+    holder.broadcast(b"a", 0.0)
+    holder.broadcast(b"b", 0.0)
+    while holder.holds_token():
+        holder.handle_timer(holder.get_timer())
+    out = [(d, type(m).__name__) for d, m in holder.messages_to_send()]
+    assert out.index((2, "DataBatch")) < out.index((2, "Token"))
+
+
+def test_lost_broadcasts_are_retransmitted_once_the_counter_stalls() -> None:
+    proc = _ring()[3]  # its links are down: nothing it sends arrives
+    eid = proc.broadcast(b"lost", 0.0)
+    resent = []
+    t = 0.0
+    while t < 1.5:
+        for _, m in proc.messages_to_send():
+            if isinstance(m, Data):
+                resent.append((t, m.event.id))
+        t = proc.get_timer()
+        proc.handle_timer(t)
+    # Sent to both peers at 0, then again once token_timeout (1.0) passed
+    # without progress, and not again before another token_timeout.
+    assert {e for _, e in resent} == {eid}
+    times = sorted({at for at, _ in resent})
+    assert len(resent) == 4 and times[0] == 0.0 and 1.0 <= times[1] < 1.1
+
+
+def test_no_retransmission_while_messages_get_sequenced() -> None:
+    procs = _ring()
+    net = Net(procs)
+    sent = []
+    for i in range(30):
+        sent.append(procs[3].broadcast(b"m%d" % i, net.t))
+        net.run(net.t + 0.1)
+    net.run(net.t + 2.0)
+    data = [m for s, d, m in net.sent if s == 3 and d == 1 and isinstance(m, Data | DataBatch)]
+    assert len(data) == 30
+    assert net.delivered[1] == sent
+
+
+def _ev(source: int, seq: int) -> Event:
+    return Event(source=source, seq=seq, ts=0, payload=b"p")
+
+
+def test_order_book_learns_a_batch_once_and_forgets_on_truncate() -> None:
+    book = OrderBook(log_retention=100)
+    batch = Batch(first=0, ids=((1, 0), (2, 0)), holders=frozenset({1}))
+    book.learn_batches([batch], stable=0)
+    book.learn_batches([batch], stable=0)  # the same batch again: skipped
+    assert book.assignment(0) == (1, 0) and book.assignment(1) == (2, 0)
+    assert not book.holds_through(2)
+    book.add_event(_ev(1, 0))
+    book.add_event(_ev(2, 0))
+    assert book.holds_through(2)
+    book.truncate(0)  # a decided configuration dropped them
+    assert book.assignment(0) is None and not book.holds_through(2)
+    book.learn_batches([batch], stable=2)  # learned again, not skipped
+    assert book.holds_through(2)
+    assert [e.id for e in book.deliver()] == [(1, 0), (2, 0)]
+    other = Batch(first=0, ids=((3, 0), (2, 0)), holders=frozenset({1}))
+    try:
+        book.learn_batches([other], stable=2)
+    except Exception as exc:  # a delivered position holding another event
+        assert type(exc).__name__ == "Divergence"
+    else:
+        raise AssertionError("divergence not detected")
