@@ -20,7 +20,7 @@ import attrs
 
 from .._errors import LocalProtocolError
 from .._event import Delivery, Event, EventId, ProcessId
-from . import _change
+from . import _change, _datapath, _tokenpath
 from . import _sequencer as seqr
 from ._config import TokenRingConfig
 from ._consensus import Acceptor, Proposer
@@ -48,9 +48,7 @@ from ._messages import (
 )
 from ._viewchange import bootstrap
 
-DELIVER_CHUNK = 256
-"""Most messages one input (receive or handle_timer) delivers; more wait for
-the next handle_timer, which is due at once."""
+DELIVER_CHUNK = _datapath.DELIVER_CHUNK
 
 
 @attrs.frozen(kw_only=True, slots=True)
@@ -213,16 +211,16 @@ class TokenRingProcess:
             hb = Heartbeat(instance=self.config.instance, delivered=self._book.next_deliver)
             self._send_all(hb)
             self._hb_at = now + self.cfg.heartbeat_interval
-            self._resend_own(now)
+            _datapath.resend_own(self, now)
         if self._token is not None and now >= self._pass_at:
-            self._pass_token(now)
+            _tokenpath.pass_token(self, now)
         passed = self._passed
         if passed is not None and now >= passed[2] + self._resend_period():
             # No acknowledgement: the link may have broken with the token in
             # flight. Send the same token again, to the same member.
             self._send(passed[0], Token(state=passed[1]))
             self._passed = (passed[0], passed[1], now)
-        self._check_fetch(now)
+        _datapath.check_fetch(self, now)
         self._drive_change(now)
         self._deliver(now)
 
@@ -317,269 +315,22 @@ class TokenRingProcess:
     def _k(self) -> int:
         return self.cfg.effective_k(len(self.config.members), len(self.config.core))
 
-    # -- data and order -----------------------------------------------------
-
-    def _on_data(self, sender: ProcessId, msg: Data, now: float) -> None:
-        self._book.add_event(msg.event)
-        if self._pending is not None:
-            self._try_accept(now)
-        self._hurry_token(now)
-
-    def _on_data_batch(self, sender: ProcessId, msg: DataBatch, now: float) -> None:
-        add = self._book.add_event
-        for event in msg.events:
-            add(event)
-        if self._pending is not None:
-            self._try_accept(now)
-        self._hurry_token(now)
+    # -- the data path and the token path (in _datapath.py, _tokenpath.py) --
 
     def _hurry_token(self, now: float) -> None:
-        if self._token is None:
-            return
-        if len(self._book.pool) >= seqr.BATCH_IDS:
-            # A full batch is waiting: holding the token longer gains nothing.
-            self._pass_at = min(self._pass_at, now)
-        elif len(self.config.core) == 1:
-            self._pass_at = min(self._pass_at, now + self.cfg.token_hold)
+        _datapath.hurry_token(self, now)
 
     def _learn(self, state: TokenState) -> None:
-        """Take in a snapshot of the current instance's token."""
-        book = self._book
-        try:
-            book.learn_batches(state.batches, state.stable)
-            book.check_digest(state.low, state.low_digest)
-        except seqr.Divergence:
-            self._leave(Input.DIVERGED)
-            return
-        if state.hop > self._snap.hop:
-            self._snap = state
-        passed = self._passed
-        if passed is not None and state.hop > passed[1].hop:
-            self._passed = None
-
-    def _on_order(self, sender: ProcessId, msg: Order, now: float) -> None:
-        if msg.state.instance != self.config.instance or self._fenced_since is not None:
-            return
-        if msg.state.hop > self._snap.hop:
-            self._token_seen = now
-            self._order_from = sender
-        try:
-            self._book.learn(msg.assigned, 0)
-        except seqr.Divergence:
-            self._leave(Input.DIVERGED)
-            return
-        self._learn(msg.state)
+        _datapath.learn(self, state)
 
     def _deliver(self, now: float) -> None:
-        if self.role not in (Role.CORE, Role.EXTERNAL):
-            return
-        self._deliver_at = math.inf
-        count = 0
-        out = self._deliveries
-        own = self._own
-        me = self.pid
-        try:
-            for event in self._book.deliver():
-                out.append(Delivery(event=event))
-                if event.source == me:
-                    own.pop(event.seq, None)
-                count += 1
-                if count >= DELIVER_CHUNK:
-                    # Bound the work of one input: the rest is delivered by
-                    # the next handle_timer (due now), so that a driver sends
-                    # what this input produced (a token) first.
-                    self._deliver_at = now
-                    return
-        except seqr.Divergence:
-            self._leave(Input.DIVERGED)
-            return
-        book = self._book
-        if book.next_deliver < book.stable or self._pending is not None:
-            if self._fetch_since is None:
-                self._fetch_since = now
-        else:
-            self._fetch_since = None
-
-    def _resend_own(self, now: float) -> None:
-        """Retransmit own messages not sequenced after a while (a broken link may
-        have lost them everywhere).
-
-        Only when the token's counter of our messages has not moved for
-        ``token_timeout``: while it moves, the messages are getting through
-        (a backlog in the links is not a loss, and retransmitting into it only
-        deepens it)."""
-        sequenced = dict(self._snap.sources).get(self.pid, 0)
-        count, since = self._own_progress
-        if sequenced != count:
-            self._own_progress = (sequenced, now)
-            return
-        waiting = [
-            (seq, event, sent) for seq, (event, sent) in self._own.items() if seq >= sequenced
-        ]
-        if not waiting or now - max(since, waiting[0][2]) < self.cfg.token_timeout:
-            return
-        for seq, event, _ in waiting:
-            self._own[seq] = (event, now)
-        for i in range(0, len(waiting), seqr.BATCH_IDS):
-            chunk = tuple(event for _, event, _ in waiting[i : i + seqr.BATCH_IDS])
-            self._send_all(Data(event=chunk[0]) if len(chunk) == 1 else DataBatch(events=chunk))
-        self._own_progress = (sequenced, now)
-
-    # -- fetching -----------------------------------------------------------
-
-    def _check_fetch(self, now: float) -> None:
-        if self._fetch_since is None:
-            return
-        if now < max(self._fetch_since, self._fetch_sent) + self.cfg.fetch_timeout:
-            return
-        self._fetch_sent = now
-        book = self._book
-        end = book.stable
-        target = self._order_from
-        if self._pending is not None:
-            end = max(end, self._pending[1].next_seq)
-            target = self._pending[0]
-        if target is None or target == self.pid:
-            others = [p for p in self.config.core if p != self.pid] or [
-                p for p in self.config.members if p != self.pid
-            ]
-            if not others:
-                return
-            target = self._rng.choice(others)
-        gaps, ids = book.missing(end)
-        if not gaps and not ids:
-            self._fetch_since = None
-            return
-        start = gaps[0] if gaps else book.next_deliver
-        self._send(target, Fetch(start=start, end=end, ids=tuple(ids[:1024])))
-        self._fetch_sent = now
-        self._counts["fetches"] += 1
-        self._order_from = None
-
-    def _on_fetch(self, sender: ProcessId, msg: Fetch, now: float) -> None:
-        book = self._book
-        end = min(msg.end, msg.start + 4096)
-        entries = tuple(book.entries(msg.start, end))
-        events = tuple(e for e in (book.payload(i) for i in msg.ids) if e is not None)
-        self._send(
-            sender,
-            Catchup(entries=entries, events=events, stable=book.stable, oldest=book.log_start),
-        )
-
-    def _on_catchup(self, sender: ProcessId, msg: Catchup, now: float) -> None:
-        book = self._book
-        if book.next_deliver < msg.oldest and not any(
-            s == book.next_deliver for s, _ in msg.entries
-        ):
-            # The sender no longer keeps what we miss (or never had it: it
-            # joined later). Once a majority of the view says so, nobody will
-            # serve it: leave, and rejoin under a new identity.
-            self._too_old.add(sender)
-            if len(self._too_old) > len(self.config.members) // 2:
-                self._leave(Input.TOO_FAR_BEHIND)
-                return
-        for event in msg.events:
-            book.add_event(event)
-        try:
-            for seq, event in msg.entries:
-                book.learn([(seq, event.id)], 0)
-                book.add_event(attrs.evolve(event, ts=0))
-            delivered_end = max((s + 1 for s, _ in msg.entries if s < msg.stable), default=0)
-            book.learn((), min(msg.stable, max(delivered_end, book.stable)))
-        except seqr.Divergence:
-            self._leave(Input.DIVERGED)
-            return
-        if self._pending is not None:
-            self._try_accept(now)
-
-    # -- the token ----------------------------------------------------------
-
-    def _on_token(self, sender: ProcessId, msg: Token, now: float) -> None:
-        state = msg.state
-        if state.instance > self.config.instance:
-            self._send(sender, ConfigRequest())
-            return
-        if (
-            state.instance < self.config.instance
-            or self._fenced_since is not None
-            or self.role is not Role.CORE
-        ):
-            return
-        if state.hop <= self._accepted_hop:
-            # A retransmission of a token already accepted here.
-            self._send(sender, TokenAck(instance=state.instance, hop=state.hop))
-            return
-        if self._pending is not None and self._pending[1].hop >= state.hop:
-            return
-        self._pending = (sender, state)
-        self._try_accept(now)
-
-    def _on_token_ack(self, sender: ProcessId, msg: TokenAck, now: float) -> None:
-        passed = self._passed
-        if (
-            passed is not None
-            and passed[0] == sender
-            and msg.instance == passed[1].instance
-            and msg.hop >= passed[1].hop
-        ):
-            self._passed = None
+        _datapath.deliver(self, now)
 
     def _try_accept(self, now: float) -> None:
-        assert self._pending is not None
-        sender, state = self._pending
-        self._learn(state)
-        if self.role is not Role.CORE or not self._book.holds_through(state.next_seq):
-            if self._fetch_since is None:
-                self._fetch_since = now
-            return
-        self._pending = None
-        self._accepted_hop = state.hop
-        if sender != self.pid:
-            self._send(sender, TokenAck(instance=state.instance, hop=state.hop))
-        accepted = seqr.accept(state, self.pid, self.config.core, self._k())
-        self._counts["tokens"] += 1
-        self._token_seen = now
-        self._take(accepted, state.stable)
-        self._token = accepted
-        # With a full batch waiting, pass at once (see _hurry_token).
-        full = len(self._book.pool) >= seqr.BATCH_IDS
-        self._pass_at = now if full else now + self.cfg.token_hold
+        _tokenpath.try_accept(self, now)
 
     def _take(self, state: TokenState, before: int) -> None:
-        self._learn(state)
-        if state.stable > before:
-            book = self._book
-            assigned = []
-            # The notice carries the state, whose batches hold every assignment
-            # from ``low`` on: list only the newly stable ones below it.
-            for seq in range(before, min(state.stable, state.low)):
-                eid = book.assignment(seq)
-                if eid is not None:
-                    assigned.append((seq, eid))
-            self._send_all(Order(state=state, assigned=tuple(assigned)))
-
-    def _pass_token(self, now: float) -> None:
-        token = self._token
-        assert token is not None
-        pool = self._book.pool
-        counters = dict(token.sources)
-        for eid in [e for e in pool if e[1] < counters.get(e[0], 0)]:
-            del pool[eid]
-        ids = seqr.pick(token, pool, self.cfg.max_batch)
-        new = seqr.sequence(token, self.pid, ids, self.config.core, self._k())
-        self._book.learn([(token.next_seq + i, eid) for i, eid in enumerate(ids)], 0)
-        self._take(new, token.stable)
-        core = self.config.core
-        nxt = core[(core.index(self.pid) + 1) % len(core)]
-        if nxt == self.pid:
-            self._token = new
-            self._token_seen = now
-            busy = bool(self._book.pool)
-            self._pass_at = now + (self.cfg.token_hold if busy else self.cfg.heartbeat_interval)
-            return
-        self._token = None
-        self._send(nxt, Token(state=new))
-        self._passed = (nxt, new, now)
+        _tokenpath.take(self, state, before)
 
     # -- membership: heartbeats, joins, configuration sync ------------------
 
@@ -646,14 +397,14 @@ class TokenRingProcess:
 
 
 _HANDLERS: dict[type, Callable[[TokenRingProcess, ProcessId, Any, float], None]] = {
-    Data: TokenRingProcess._on_data,
-    DataBatch: TokenRingProcess._on_data_batch,
-    Token: TokenRingProcess._on_token,
-    TokenAck: TokenRingProcess._on_token_ack,
-    Order: TokenRingProcess._on_order,
+    Data: _datapath.on_data,
+    DataBatch: _datapath.on_data_batch,
+    Token: _tokenpath.on_token,
+    TokenAck: _tokenpath.on_token_ack,
+    Order: _datapath.on_order,
     Heartbeat: TokenRingProcess._on_heartbeat,
-    Fetch: TokenRingProcess._on_fetch,
-    Catchup: TokenRingProcess._on_catchup,
+    Fetch: _datapath.on_fetch,
+    Catchup: _datapath.on_catchup,
     Join: TokenRingProcess._on_join,
     ConfigRequest: TokenRingProcess._on_config_request,
     Decided: TokenRingProcess._on_decided,

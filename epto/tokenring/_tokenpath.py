@@ -1,0 +1,107 @@
+"""The token path of a token-ring process: accepting the token (once every
+message sequenced before is here), acknowledging it, sequencing and passing it.
+
+These functions are one half of :class:`TokenRingProcess` (the data path is
+the other, in :mod:`._datapath`); they read and write its state directly and
+live apart only to keep modules short.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._event import ProcessId
+from . import _sequencer as seqr
+from ._membership import Role
+from ._messages import ConfigRequest, Order, Token, TokenAck, TokenState
+
+if TYPE_CHECKING:
+    from ._process import TokenRingProcess
+
+
+def on_token(p: TokenRingProcess, sender: ProcessId, msg: Token, now: float) -> None:
+    state = msg.state
+    if state.instance > p.config.instance:
+        p._send(sender, ConfigRequest())
+        return
+    if state.instance < p.config.instance or p._fenced_since is not None or p.role is not Role.CORE:
+        return
+    if state.hop <= p._accepted_hop:
+        # A retransmission of a token already accepted here.
+        p._send(sender, TokenAck(instance=state.instance, hop=state.hop))
+        return
+    if p._pending is not None and p._pending[1].hop >= state.hop:
+        return
+    p._pending = (sender, state)
+    p._try_accept(now)
+
+
+def on_token_ack(p: TokenRingProcess, sender: ProcessId, msg: TokenAck, now: float) -> None:
+    passed = p._passed
+    if (
+        passed is not None
+        and passed[0] == sender
+        and msg.instance == passed[1].instance
+        and msg.hop >= passed[1].hop
+    ):
+        p._passed = None
+
+
+def try_accept(p: TokenRingProcess, now: float) -> None:
+    assert p._pending is not None
+    sender, state = p._pending
+    p._learn(state)
+    if p.role is not Role.CORE or not p._book.holds_through(state.next_seq):
+        if p._fetch_since is None:
+            p._fetch_since = now
+        return
+    p._pending = None
+    p._accepted_hop = state.hop
+    if sender != p.pid:
+        p._send(sender, TokenAck(instance=state.instance, hop=state.hop))
+    accepted = seqr.accept(state, p.pid, p.config.core, p._k())
+    p._counts["tokens"] += 1
+    p._token_seen = now
+    p._take(accepted, state.stable)
+    p._token = accepted
+    # With a full batch waiting, pass at once (see _hurry_token).
+    full = len(p._book.pool) >= seqr.BATCH_IDS
+    p._pass_at = now if full else now + p.cfg.token_hold
+
+
+def take(p: TokenRingProcess, state: TokenState, before: int) -> None:
+    p._learn(state)
+    if state.stable > before:
+        book = p._book
+        assigned = []
+        # The notice carries the state, whose batches hold every assignment
+        # from ``low`` on: list only the newly stable ones below it.
+        for seq in range(before, min(state.stable, state.low)):
+            eid = book.assignment(seq)
+            if eid is not None:
+                assigned.append((seq, eid))
+        p._send_all(Order(state=state, assigned=tuple(assigned)))
+
+
+def pass_token(p: TokenRingProcess, now: float) -> None:
+    token = p._token
+    assert token is not None
+    pool = p._book.pool
+    counters = dict(token.sources)
+    for eid in [e for e in pool if e[1] < counters.get(e[0], 0)]:
+        del pool[eid]
+    ids = seqr.pick(token, pool, p.cfg.max_batch)
+    new = seqr.sequence(token, p.pid, ids, p.config.core, p._k())
+    p._book.learn([(token.next_seq + i, eid) for i, eid in enumerate(ids)], 0)
+    p._take(new, token.stable)
+    core = p.config.core
+    nxt = core[(core.index(p.pid) + 1) % len(core)]
+    if nxt == p.pid:
+        p._token = new
+        p._token_seen = now
+        busy = bool(p._book.pool)
+        p._pass_at = now + (p.cfg.token_hold if busy else p.cfg.heartbeat_interval)
+        return
+    p._token = None
+    p._send(nxt, Token(state=new))
+    p._passed = (nxt, new, now)
