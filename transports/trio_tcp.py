@@ -419,9 +419,13 @@ class TokenRingNode:
                 except (trio.WouldBlock, trio.ClosedResourceError):
                     self._counts["dropped"] += 1
         moved = False
+        own = self._own_pending
+        put = self._buffer.put
         for delivery in process.deliveries():
-            self._own_pending.discard(delivery.event.id)
-            if self._buffer.put(delivery):
+            event = delivery.event
+            if event.source == me:
+                own.discard((me, event.seq))
+            if put(delivery):
                 moved = True
         if moved or self._buffer.overflowed:
             self._readers.unpark_all()

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from .._event import Delivery, ProcessId
+from .._event import Delivery, Event, ProcessId
 from . import _sequencer as seqr
 from ._membership import Input, Role
 from ._messages import Catchup, Data, DataBatch, Fetch, Order, TokenState
@@ -87,24 +87,19 @@ def deliver(p: TokenRingProcess, now: float) -> None:
     if p.role not in (Role.CORE, Role.EXTERNAL):
         return
     p._deliver_at = math.inf
-    count = 0
-    out = p._deliveries
-    own = p._own
-    me = p.pid
+    events: list[Event] = []
     try:
-        for event in p._book.deliver():
-            out.append(Delivery(event=event))
-            if event.source == me:
-                own.pop(event.seq, None)
-            count += 1
-            if count >= DELIVER_CHUNK:
-                # Bound the work of one input: the rest is delivered by
-                # the next handle_timer (due now), so that a driver sends
-                # what this input produced (a token) first.
-                p._deliver_at = now
-                return
+        more = p._book.deliver_into(events, DELIVER_CHUNK)
     except seqr.Divergence:
+        _hand_out(p, events)
         p._leave(Input.DIVERGED)
+        return
+    _hand_out(p, events)
+    if more:
+        # Bound the work of one input: the rest is delivered by the next
+        # handle_timer (due now), so that a driver sends what this input
+        # produced (a token) first.
+        p._deliver_at = now
         return
     book = p._book
     if book.next_deliver < book.stable or p._pending is not None:
@@ -112,6 +107,15 @@ def deliver(p: TokenRingProcess, now: float) -> None:
             p._fetch_since = now
     else:
         p._fetch_since = None
+
+
+def _hand_out(p: TokenRingProcess, events: list[Event]) -> None:
+    me = p.pid
+    own = p._own
+    p._deliveries.extend(Delivery(event=e) for e in events)
+    for e in events:
+        if e.source == me:
+            own.pop(e.seq, None)
 
 
 def resend_own(p: TokenRingProcess, now: float) -> None:

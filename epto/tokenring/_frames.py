@@ -113,7 +113,7 @@ def _get_event(r: Reader, limits: Limits) -> Event:
     source, seq, ts, siglen, plen = r.unpack(_EVENT)
     if siglen not in (0, SIGNATURE_SIZE):
         raise RemoteProtocolError(f"signature of {siglen} bytes", fault="bad-signature-size")
-    signature = r.blob(siglen, SIGNATURE_SIZE, "signature")
+    signature = r.blob(siglen, SIGNATURE_SIZE, "signature") if siglen else b""
     payload = r.blob(plen, limits.max_payload_size, "payload")
     return Event(source=source, seq=seq, ts=ts, payload=payload, signature=signature)
 

@@ -291,37 +291,69 @@ class OrderBook:
     def deliver(self) -> Iterator[Event]:
         """Yield the events that became deliverable, stamped with their sequence
         number as ``ts``; each one is logged."""
-        while self.next_deliver < self.stable:
-            seq = self.next_deliver
-            eid = self._assign.get(seq)
-            if eid is None:
+        while True:
+            out: list[Event] = []
+            self.deliver_into(out, 1)
+            if not out:
                 return
-            event = self._held.pop(eid, None)
-            if event is None:
-                return
-            del self._assign[seq]
-            del self._where[eid]
-            stamped = Event(
-                source=event.source,
-                seq=event.seq,
-                ts=seq,
-                payload=event.payload,
-                signature=event.signature,
-            )
-            self._delivered_ids.add(*eid)
-            self.log[seq] = stamped
-            self.next_deliver = seq + 1
-            self.delivered_count += 1
-            self.digest = chain(self.digest, eid)
-            self._digests[seq + 1] = self.digest
-            expected = self._checks.pop(seq + 1, None)
-            if expected is not None and self.digest_known and expected != self.digest:
-                raise Divergence(f"order digest differs at {seq + 1}")
-            while self.next_deliver - self.log_start > self._retention:
-                self.log.pop(self.log_start, None)
-                self._digests.pop(self.log_start, None)
+            yield out[0]
+
+    def deliver_into(self, out: list[Event], limit: int) -> bool:
+        """Append at most ``limit`` deliverable events to ``out`` (as
+        :meth:`deliver` yields them); True if it stopped at the limit.
+
+        Raises :class:`Divergence` (after appending the events delivered before)."""
+        assign = self._assign
+        held = self._held
+        where = self._where
+        delivered_ids = self._delivered_ids
+        log = self.log
+        digests = self._digests
+        checks = self._checks
+        digest = self.digest
+        seq = self.next_deliver
+        stable = self.stable
+        n = 0
+        try:
+            while seq < stable:
+                if n >= limit:
+                    return True
+                eid = assign.get(seq)
+                if eid is None:
+                    break
+                event = held.pop(eid, None)
+                if event is None:
+                    break
+                del assign[seq]
+                del where[eid]
+                stamped = Event(
+                    source=event.source,
+                    seq=event.seq,
+                    ts=seq,
+                    payload=event.payload,
+                    signature=event.signature,
+                )
+                delivered_ids.add(eid[0], eid[1])
+                log[seq] = stamped
+                seq += 1
+                digest = chain(digest, eid)
+                digests[seq] = digest
+                n += 1
+                if checks:
+                    expected = checks.pop(seq, None)
+                    if expected is not None and self.digest_known and expected != digest:
+                        raise Divergence(f"order digest differs at {seq}")
+                out.append(stamped)
+            return False
+        finally:
+            self.next_deliver = seq
+            self.digest = digest
+            self.delivered_count += n
+            retention = self._retention
+            while seq - self.log_start > retention:
+                log.pop(self.log_start, None)
+                digests.pop(self.log_start, None)
                 self.log_start += 1
-            yield stamped
 
     def check_digest(self, low: int, digest: int) -> None:
         """Compare the group's digest of the order below ``low`` with ours, now
