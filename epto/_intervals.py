@@ -27,6 +27,8 @@ class SeqIntervals:
         if runs is None:
             return False
         starts, ends = runs
+        if seq >= ends[-1]:
+            return False
         i = bisect_right(starts, seq) - 1
         return i >= 0 and seq < ends[i]
 
@@ -37,6 +39,10 @@ class SeqIntervals:
             self._by_source[source] = ([seq], [seq + 1])
             return True
         starts, ends = runs
+        if ends[-1] == seq:
+            # The usual case: the next number of the last interval.
+            ends[-1] = seq + 1
+            return True
         i = bisect_right(starts, seq) - 1
         if i >= 0 and seq < ends[i]:
             return False

@@ -377,6 +377,8 @@ class TokenRingNode:
         a flusher task does it once the current task yields, so that what
         several inputs produce (broadcasts in a row, every frame of one
         received chunk) leaves together."""
+        if self._flush_due:
+            return  # the flusher is woken already
         self._flush_due = True
         if not self._flusher_started:
             self._flusher_started = True

@@ -92,7 +92,15 @@ def pass_token(p: TokenRingProcess, now: float) -> None:
         del pool[eid]
     ids = seqr.pick(token, pool, p.cfg.max_batch)
     new = seqr.sequence(token, p.pid, ids, p.config.core, p._k())
-    p._book.learn([(token.next_seq + i, eid) for i, eid in enumerate(ids)], 0)
+    # Record the new assignments: the batches the new state still carries are
+    # learned as batches (a snapshot carrying them again is then skipped); the
+    # first ones, if every core member already holds them (a core of one),
+    # one by one.
+    created = [b for b in new.batches if b.first >= token.next_seq]
+    dropped = len(ids) - sum(len(b.ids) for b in created)
+    if dropped:
+        p._book.learn([(token.next_seq + i, ids[i]) for i in range(dropped)], 0)
+    p._book.learn_batches(created, 0)
     p._take(new, token.stable)
     core = p.config.core
     nxt = core[(core.index(p.pid) + 1) % len(core)]
