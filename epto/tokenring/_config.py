@@ -65,9 +65,11 @@ class TokenRingConfig:
     log_retention: int = attrs.field(default=10_000)
     """Delivered messages kept to serve members that fetch what they missed; a
     member that falls further behind must rejoin under a new identity."""
-    max_batch: int = attrs.field(default=8192)
+    max_batch: int = attrs.field(default=1024)
     """Most messages one token visit sequences (the token lists them in
-    batches of at most 1024 ids)."""
+    batches of at most 1024 ids). Everything the token carries until every
+    core member holds it (about one visit per core member) is what a full view
+    change exchanges in one message: keep it within the transport's frame."""
 
     def __attrs_post_init__(self) -> None:
         if self.k is not None and (not isinstance(self.k, int) or self.k < 1):

@@ -46,7 +46,7 @@ def on_data_batch(p: TokenRingProcess, sender: ProcessId, msg: DataBatch, now: f
 def hurry_token(p: TokenRingProcess, now: float) -> None:
     if p._token is None:
         return
-    if len(p._book.pool) >= seqr.BATCH_IDS:
+    if len(p._book.pool) >= min(p.cfg.max_batch, seqr.BATCH_IDS):
         # A full batch is waiting: holding the token longer gains nothing.
         p._pass_at = min(p._pass_at, now)
     elif len(p.config.core) == 1:

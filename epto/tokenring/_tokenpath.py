@@ -65,7 +65,7 @@ def try_accept(p: TokenRingProcess, now: float) -> None:
     p._take(accepted, state.stable)
     p._token = accepted
     # With a full batch waiting, pass at once (see _hurry_token).
-    full = len(p._book.pool) >= seqr.BATCH_IDS
+    full = len(p._book.pool) >= min(p.cfg.max_batch, seqr.BATCH_IDS)
     p._pass_at = now if full else now + p.cfg.token_hold
 
 

@@ -69,7 +69,7 @@ class Net:
 
 
 def test_a_burst_leaves_in_batches_and_one_visit_sequences_several_batches() -> None:
-    procs = _ring()
+    procs = _ring(max_batch=4096)
     sender = procs[2]
     ids = [sender.broadcast(b"x%d" % i, 0.0) for i in range(3000)]
     net = Net(procs)
@@ -80,13 +80,26 @@ def test_a_burst_leaves_in_batches_and_one_visit_sequences_several_batches() -> 
     to_1 = [e.id for d, m in data if d == 1 for e in m.events]  # type: ignore[union-attr]
     assert to_1 == ids
     tokens = [m.state for _, _, m in net.sent if isinstance(m, Token)]
-    assert any(len(s.batches) >= 3 for s in tokens)
+    # The first visit sequenced all 3000 (the sender's pool) in three batches.
+    first = next(s for s in tokens if s.batches)
+    assert [len(b.ids) for b in first.batches] == [1024, 1024, 952]
     assert all(len(b.ids) <= BATCH_IDS for s in tokens for b in s.batches)
     assert all(seq == net.delivered[1] for seq in net.delivered.values())
     assert sorted(net.delivered[1]) == sorted(ids)
     assert check(net.delivered).ok
     # Delivery is bounded per input; the rest follows on the next timer.
     assert max(net.per_input) == DELIVER_CHUNK
+
+
+def test_a_visit_sequences_at_most_max_batch() -> None:
+    procs = _ring()  # max_batch 1024
+    for i in range(3000):
+        procs[2].broadcast(b"y%d" % i, 0.0)
+    net = Net(procs)
+    net.run(1.0)
+    tokens = [m.state for _, _, m in net.sent if isinstance(m, Token)]
+    assert max(len(b.ids) for s in tokens for b in s.batches) == 1024
+    assert all(len(seq) == 3000 for seq in net.delivered.values())
 
 
 def test_own_broadcasts_leave_before_what_is_sent_after_them() -> None:
