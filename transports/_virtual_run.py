@@ -21,8 +21,10 @@ import attrs
 from epto import Config, ConfigurationError, CyclonConfig, EventId, ProcessId
 from epto.check import CheckReport
 
+from ._cluster import Cluster
 from ._latency import ConstantLatency, LatencyModel, PlanetLabLatency, UniformLatency
-from ._virtual import Cluster, NetworkStatistics, SimulationObserver
+from ._network import NetworkStatistics
+from ._virtual import SimulationObserver
 
 LatencyKind = Literal["constant", "uniform", "planetlab"]
 

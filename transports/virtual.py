@@ -5,13 +5,13 @@ See ``docs/simulation.md``. Public names::
     from epto.transports.virtual import Cluster, Simulation, PlanetLabLatency
 """
 
+from ._cluster import Cluster as Cluster
+from ._cluster import DeliveryRecorder as DeliveryRecorder
 from ._latency import ConstantLatency as ConstantLatency
 from ._latency import LatencyModel as LatencyModel
 from ._latency import PlanetLabLatency as PlanetLabLatency
 from ._latency import UniformLatency as UniformLatency
-from ._virtual import Cluster as Cluster
-from ._virtual import DeliveryRecorder as DeliveryRecorder
-from ._virtual import NetworkStatistics as NetworkStatistics
+from ._network import NetworkStatistics as NetworkStatistics
 from ._virtual import Simulation as Simulation
 from ._virtual import SimulationObserver as SimulationObserver
 from ._virtual_run import SimulationResult as SimulationResult
