@@ -1,4 +1,5 @@
-"""The virtual-time network: seeded discrete-event simulation of EpTO groups.
+"""The virtual-time network: seeded discrete-event simulation of EpTO and
+token-ring groups.
 
 See ``docs/simulation.md``. Public names::
 
@@ -12,8 +13,9 @@ from ._latency import LatencyModel as LatencyModel
 from ._latency import PlanetLabLatency as PlanetLabLatency
 from ._latency import UniformLatency as UniformLatency
 from ._network import NetworkStatistics as NetworkStatistics
+from ._ring_cluster import TokenRingCluster as TokenRingCluster
+from ._spec import SimulationSpec as SimulationSpec
 from ._virtual import Simulation as Simulation
 from ._virtual import SimulationObserver as SimulationObserver
 from ._virtual_run import SimulationResult as SimulationResult
-from ._virtual_run import SimulationSpec as SimulationSpec
 from ._virtual_run import run_simulation as run_simulation
