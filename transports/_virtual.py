@@ -40,7 +40,7 @@ import heapq
 from collections.abc import Mapping
 
 from epto import Ball, ProcessId
-from epto.tokenring import TokenRingProcess, TokenRingStatistics
+from epto.tokenring import Role, TokenRingProcess
 
 from ._calendar import ARRIVE, ARRIVE_MANY, LINK, PEER, RING_TIMER, TIMER
 from ._members import Members, SimulationObserver, _Member, _process
@@ -185,9 +185,9 @@ class Simulation(Members):
     def quiescent(self) -> bool:
         """EpTO: no broadcast scheduled, no ball in flight and no process
         holding an undelivered event. Token ring (whose heartbeats never
-        stop): no broadcast scheduled, and every member of the view has had
-        its own messages delivered and delivered the same prefix, every
-        stable position."""
+        stop): no broadcast scheduled, no process still joining, and every
+        member of the view has had its own messages delivered and delivered
+        the same prefix, every stable position."""
         if self._scheduled_broadcasts:
             return False
         if self._ring is not None:
@@ -202,11 +202,13 @@ class Simulation(Members):
 
     def _ring_settled(self) -> bool:
         marks = set()
-        for pid, proc in self.processes.items():
-            if not self.can_broadcast(pid):
+        for proc in self.processes.values():
+            assert isinstance(proc, TokenRingProcess)
+            if proc.role is Role.JOINING:
+                return False
+            if proc.excluded:
                 continue
             stats = proc.statistics()
-            assert isinstance(stats, TokenRingStatistics)
             if stats.next_deliver != stats.stable or proc.memory_sizes()["own_unsequenced"]:
                 return False
             marks.add(stats.next_deliver)
