@@ -17,9 +17,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from epto.transports.virtual import TokenRingCluster
 
 from epto.tokenring import TokenRingConfig
-from epto.transports.virtual import TokenRingCluster
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "img"
 DELAY = (0.001, 0.005)  # one-way link delay, uniform, seconds

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "tokenring"))
 
-from tokenring_scenarios import agreement_violations, random_run, staying_report  # noqa: E402
+from tokenring_scenarios import agreement_violations, random_run, staying_report
 
 
 def main() -> int:

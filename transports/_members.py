@@ -94,7 +94,9 @@ class Members(VirtualNetwork):
             )
         if round_interval is None:
             round_interval = (
-                config.heartbeat_interval if self._ring is not None else config.round_interval  # type: ignore[union-attr]
+                config.heartbeat_interval
+                if isinstance(config, TokenRingConfig)
+                else config.round_interval
             )
         if not (isinstance(round_interval, int | float) and 0 < round_interval < math.inf):
             raise ConfigurationError(f"round_interval must be positive, got {round_interval!r}")

@@ -6,11 +6,11 @@ from __future__ import annotations
 import statistics
 
 import pytest
+from epto.transports.virtual import TokenRingCluster
 from tokenring_scenarios import agreement_violations, random_run, staying_report
 
 from epto.check import check
 from epto.tokenring import Role, TokenRingConfig
-from epto.transports.virtual import TokenRingCluster
 
 
 def _steady(cluster: TokenRingCluster, senders: list[int], start: float, end: float, rate: float):

@@ -107,7 +107,8 @@ def test_holder_crashes_and_newcomers_join_through_contacts() -> None:
         cluster.call_at(
             t,
             lambda: [
-                cluster.broadcast(p, b"w") for p in list(cluster.processes)[:2]
+                cluster.broadcast(p, b"w")
+                for p in list(cluster.processes)[:2]
                 if cluster.can_broadcast(p)
             ],
         )

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import random
 
+from epto.transports.virtual import TokenRingCluster
+
 from epto.check import CheckReport, check
 from epto.tokenring import TokenRingConfig
-from epto.transports.virtual import TokenRingCluster
 
 
 def random_run(
