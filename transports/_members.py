@@ -165,9 +165,14 @@ class Members(VirtualNetwork):
             pid = self._next_pid
         if pid in self.processes or pid in self.left_at:
             raise LocalProtocolError(f"process id {pid} was already used in this simulation")
-        self._next_pid = max(self._next_pid, pid + 1)
         if self._ring is not None:
+            if phase is not None or interval is not None or config is not None:
+                raise LocalProtocolError("phase, interval and config are EpTO options")
+            self._next_pid = max(self._next_pid, pid + 1)
             return self._add_ring_member(self._ring, pid, members, contacts)
+        if members is not None or contacts is not None:
+            raise LocalProtocolError("members and contacts are token-ring options")
+        self._next_pid = max(self._next_pid, pid + 1)
         base = config if config is not None else self.config
         assert isinstance(base, Config)
         rng = self.schedule_rng
