@@ -14,7 +14,7 @@ from epto.transports.virtual import (
     run_simulation,
 )
 
-from epto import ConfigurationError, ProcessId
+from epto import ConfigurationError, LocalProtocolError, ProcessId
 from epto.tokenring import Role, TokenRingConfig, TokenRingProcess
 
 PLANETLAB = PlanetLabLatency()
@@ -183,6 +183,12 @@ def test_token_ring_options_are_checked() -> None:
         run_simulation(SimulationSpec(mode="token-ring", pss="cyclon"))
     with pytest.raises(ConfigurationError):
         SimulationSpec(partition=1.5).validate()
+    ring = Cluster(3, config=TokenRingConfig())
+    with pytest.raises(LocalProtocolError):
+        ring.add_process(phase=1.0)  # an EpTO option
+    with pytest.raises(LocalProtocolError):
+        Cluster(3).add_process(contacts=[0])  # a token-ring option
+    assert ring.add_process() == 3  # joins through live members
 
 
 def test_compatibility_cluster_keeps_crashed_processes_in_view() -> None:
@@ -196,3 +202,18 @@ def test_compatibility_cluster_keeps_crashed_processes_in_view() -> None:
     assert cluster.staying() == [0, 1, 2]
     assert all(cluster.delivered[p] == cluster.delivered[0] for p in (1, 2))
     assert cluster.position and len(cluster.latencies([0])) == len(cluster.delivered[0])
+
+
+def test_a_broken_link_loses_what_is_in_flight_and_the_ring_repairs_it() -> None:
+    cluster = Cluster(3, seed=1, config=TokenRingConfig(), latency=UniformLatency(0.1, 0.1))
+    cluster.run_until(1.0)
+    before = cluster.network_statistics()
+    eid = cluster.broadcast(0, b"x")  # Data to 1 and 2, due at 1.1
+    cluster.call_at(1.05, lambda: cluster.break_link(0, 1, 0.2))
+    cluster.run_until(1.2)
+    after = cluster.network_statistics()
+    assert after.lost > before.lost
+    assert eid not in cluster.recorder.sequences[1]
+    cluster.run_until(5.0)  # fetched or retransmitted once the link is back
+    assert all(eid in seq for seq in cluster.recorder.sequences.values())
+    assert cluster.check().ok
