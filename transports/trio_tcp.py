@@ -204,7 +204,9 @@ class TokenRingNode:
         self._addresses: dict[ProcessId, Address] = {**config.members, **config.contacts}
         self._advertised = ""
         self._instance_seen = -2
-        self._members_seen: frozenset[ProcessId] = frozenset()
+        self._book_stale = True
+        self._known: frozenset[ProcessId] = frozenset()
+        """Members of the current view whose address this node knows."""
         self._excluded = False
         self._queues: dict[ProcessId, trio.MemorySendChannel[bytes]] = {}
         self._listeners: list[trio.SocketListener] = []
@@ -335,6 +337,7 @@ class TokenRingNode:
     def set_address(self, pid: ProcessId, address: Address) -> None:
         """Where ``pid`` is reached from now on (the next connection uses it)."""
         parse_host_port(address)
+        self._book_stale |= pid not in self._addresses
         self._addresses[pid] = address
 
     def __aiter__(self) -> Self:
@@ -558,21 +561,30 @@ class TokenRingNode:
             if pid == sender and host in ("0.0.0.0", "::", ""):
                 with contextlib.suppress(OSError, IndexError):
                     address = _join_host_port(stream.socket.getpeername()[0], port)
+            self._book_stale |= pid not in self._addresses
             self._addresses[pid] = address
+        self._watch_view(self._require_process())
 
     def _watch_view(self, process: TokenRingProcess) -> None:
-        """After every input: tell the members where everyone is when the view
-        gains members; stop the node once the process is excluded."""
+        """After every input: when this node learns where a member of the view
+        is that it could not reach before (a configuration with new members, or
+        a book with new addresses), send its book to every member it can
+        reach; stop the node once the process is excluded.
+
+        A book goes out only when the set of reachable members grows, so the
+        exchange ends once every member knows every address; two joiners
+        admitted together, each known to a different contact, learn each
+        other's address this way."""
         config = process.config
-        if config.instance != self._instance_seen:
+        if config.instance != self._instance_seen or self._book_stale:
             self._instance_seen = config.instance
-            members = frozenset(config.members)
-            gained = not members <= self._members_seen
-            self._members_seen = members
+            self._book_stale = False
+            me = self.config.pid
+            known = frozenset(p for p in config.members if p in self._addresses and p != me)
+            gained = not known <= self._known
+            self._known = known
             if gained:
-                for dest in sorted(members - {self.config.pid}):
-                    if dest not in self._addresses:
-                        continue
+                for dest in sorted(known):
                     queue = self._queue_for(dest)
                     for frame in self._book(dest):
                         with contextlib.suppress(trio.WouldBlock, trio.ClosedResourceError):
