@@ -65,7 +65,7 @@ def test_configurations_the_engines_cannot_run_are_refused() -> None:
     with pytest.raises(ConfigurationError, match="not both"):
         NodeConfig(pid=4, mode="token-ring", members=MEMBERS, contacts={1: MEMBERS[1]})
     ring = NodeConfig(pid=1, members=MEMBERS, mode="token-ring")
-    with pytest.raises(ConfigurationError, match="TrioNode runs EpTO.*open_node"):
+    with pytest.raises(ConfigurationError, match=r"TrioNode runs EpTO.*open_node"):
         TrioNode(ring)
     zmq_node = pytest.importorskip("epto.transports.zmq_node")
     with pytest.raises(ConfigurationError, match="ZmqNode runs EpTO"):
@@ -137,7 +137,7 @@ async def test_one_api_for_both_engines(mode: str) -> None:
                     for node in nodes.values():
                         broadcast.add(node.broadcast(b"m%d" % i))
                     await trio.sleep(0.01)
-            for pid, node in nodes.items():
+            for node in nodes.values():
                 stats = node.statistics()
                 assert stats.broadcasts == per_node and stats.delivered == 3 * per_node
                 assert stats.delivery_queue == 0 and not stats.rejected
