@@ -306,3 +306,42 @@ async def test_joiners_known_to_different_contacts_learn_each_other() -> None:
     report = check(seqs, broadcast=sent, expected=sent)
     assert report.ok, report.summary()
     assert all(seqs[p] == seqs[1] for p in seqs)
+
+
+@pytest.mark.trio
+async def test_address_books_fill_gaps_and_senders_speak_for_themselves() -> None:
+    import struct
+
+    from epto.transports._addresses import AddressBook, with_addresses
+    from epto.transports._common import parse_host_port
+
+    from epto import FrameCodec
+    from epto.tokenring import token_ring_registry
+
+    codec = FrameCodec(group=9, registry=with_addresses(token_ring_registry()))
+
+    def framed(sender: int, *entries: tuple[int, str]) -> bytes:
+        frames = codec.encode(sender, AddressBook(entries=entries))
+        return b"".join(struct.pack(">I", len(f)) + f for f in frames)
+
+    with trio.fail_after(10):
+        async with ring((1, 2), False) as (_stack, nodes):
+            before = nodes[1].addresses()
+            stream = await trio.open_tcp_stream(*parse_host_port(nodes[1].address))
+            await stream.send_all(
+                framed(
+                    7,
+                    (7, "0.0.0.0:4567"),  # the sender: unspecified host, seen from the socket
+                    (2, "10.9.9.9:1"),  # a third party's claim about a known member
+                    (8, "127.0.0.1:5555"),  # a gap: taken
+                    (1, "127.0.0.1:1"),  # the receiver itself: ignored
+                    (6, "no-port"),  # not host:port: counted
+                )
+            )
+            await stream.send_all(framed(7, (7, "127.0.0.1:4568")))
+            await wait_until(lambda: nodes[1].addresses().get(7) == "127.0.0.1:4568", "7 moved")
+            book = nodes[1].addresses()
+            assert book[2] == before[2] and book[8] == "127.0.0.1:5555"
+            assert book[1] == before[1] and 6 not in book
+            assert nodes[1].statistics().rejected.get("bad-address") == 1
+            await stream.aclose()
