@@ -292,10 +292,21 @@ async def _run_trio(args: argparse.Namespace, config: Any, sink: _Sink) -> int:
 
     stdin_done = trio.Event()
     excluded = False
+    deadline = trio.current_time() + (args.duration if args.duration is not None else math.inf)
     async with module.open_node(config) as node, trio.open_nursery() as nursery:
         print(f"ready {args.id} {node.address}", file=sys.stderr, flush=True)
         if args.status:
             nursery.start_soon(_write_status, node, args.status, args.status_interval)
+        if config.contacts:
+            # A joining member may broadcast once the group has admitted it.
+            with trio.move_on_at(deadline):
+                while node.statistics().role == "joining":
+                    await trio.sleep(0.01)
+            if node.statistics().role not in ("core", "external"):
+                print(f"epto node: {args.id} not admitted", file=sys.stderr, flush=True)
+                nursery.cancel_scope.cancel()
+                return 1
+            print(f"joined {args.id}", file=sys.stderr, flush=True)
         for text in args.broadcast:
             node.broadcast(text.encode())
 
@@ -318,7 +329,7 @@ async def _run_trio(args: argparse.Namespace, config: Any, sink: _Sink) -> int:
 
             nursery.start_soon(stop_at_eof)
         count = 0
-        with trio.move_on_after(args.duration if args.duration is not None else math.inf):
+        with trio.move_on_at(deadline):
             try:
                 async for delivery in node:
                     sink.write(delivery)
