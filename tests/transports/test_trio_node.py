@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from typing import Any
 
 import pytest
@@ -345,3 +345,30 @@ async def test_address_books_fill_gaps_and_senders_speak_for_themselves() -> Non
             assert book[1] == before[1] and 6 not in book
             assert nodes[1].statistics().rejected.get("bad-address") == 1
             await stream.aclose()
+
+
+def test_address_book_frames_round_trip_and_garbage_is_a_protocol_error() -> None:
+    from epto.transports._addresses import ADDRESSES_CODE, AddressBook, with_addresses
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from epto import FrameCodec, RemoteProtocolError
+    from epto._frames import pack_header
+    from epto.tokenring import token_ring_registry
+
+    codec = FrameCodec(group=3, registry=with_addresses(token_ring_registry()))
+    book = AddressBook(entries=((1, "127.0.0.1:9001"), (2**64 - 1, "[::1]:7")))
+    (frame,) = codec.encode(5, book, to=None)
+    decoded = codec.decode(frame)
+    assert decoded.sender == 5 and decoded.message == book
+    with pytest.raises(Exception, match="ASCII"):
+        codec.encode(5, AddressBook(entries=((1, "hôte:1"),)))
+
+    @settings(derandomize=True, max_examples=300, deadline=None)
+    @given(st.binary(max_size=200))
+    def garbage(body: bytes) -> None:
+        data = pack_header(ADDRESSES_CODE, 5, 3) + body
+        with suppress(RemoteProtocolError):
+            codec.decode(data)
+
+    garbage()
