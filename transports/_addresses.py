@@ -18,7 +18,9 @@ the book is sealed and bound to its receiver like every other frame.
 
 from __future__ import annotations
 
+import contextlib
 import struct
+from collections.abc import Callable, Iterable
 
 import attrs
 
@@ -31,6 +33,8 @@ from epto import (
     Reader,
     RemoteProtocolError,
 )
+
+from ._common import parse_host_port
 
 ADDRESSES_CODE = 32
 """Frame kind of the address book (16..31 are the token ring's own kinds)."""
@@ -90,3 +94,75 @@ def with_addresses(registry: FrameRegistry) -> FrameRegistry:
     """``registry`` with the address book kind added."""
     registry.register(ADDRESSES_KIND)
     return registry
+
+
+class Directory:
+    """Where this node reaches each process, and when to tell the others.
+
+    Sans-IO: the TCP node feeds it what it learns (its configuration, books
+    received, :meth:`set`) and sends what it says. Rules: a sender's entry
+    about itself replaces what was known (the sender knows where it listens);
+    entries about third parties only fill gaps; this node's own entry is never
+    taken from others.
+    """
+
+    def __init__(self, me: ProcessId, addresses: dict[ProcessId, str]) -> None:
+        self.me = me
+        self.addresses = addresses
+        self.advertised = ""
+        """This node's own address, as announced in its books."""
+        self.rejected = 0
+        """Entries refused (not ``host:port``)."""
+        self._instance = -2
+        self._stale = True
+        self._known: frozenset[ProcessId] = frozenset()
+
+    def set(self, pid: ProcessId, address: str) -> None:
+        self._stale |= pid not in self.addresses
+        self.addresses[pid] = address
+
+    def learn(self, sender: ProcessId, book: AddressBook, peer_host: Callable[[], str]) -> None:
+        """Take in ``sender``'s book; ``peer_host()`` is the host the
+        connection comes from, which replaces an unspecified host (``0.0.0.0``)
+        in the sender's own entry."""
+        for pid, address in book.entries:
+            if pid == self.me or (pid != sender and pid in self.addresses):
+                continue
+            try:
+                host, port = parse_host_port(address)
+            except LocalProtocolError:
+                self.rejected += 1
+                continue
+            if pid == sender and host in ("0.0.0.0", "::", ""):
+                with contextlib.suppress(OSError, IndexError):
+                    address = join_host_port(peer_host(), port)
+            self.set(pid, address)
+
+    def book_for(self, dest: ProcessId, members: Iterable[ProcessId]) -> AddressBook:
+        """This node's book for ``dest``: its own address first, then those
+        it knows of ``members``."""
+        entries = [(self.me, self.advertised)]
+        entries += [
+            (p, self.addresses[p])
+            for p in members
+            if p != dest and p != self.me and p in self.addresses
+        ]
+        return AddressBook(entries=tuple(entries))
+
+    def to_tell(self, instance: int, members: Iterable[ProcessId]) -> list[ProcessId]:
+        """The members to send this node's book to now: all those it can
+        reach, when it can reach members of the view it could not reach
+        before (a configuration with new members, or new addresses); none
+        otherwise. The exchange ends once every member knows every address."""
+        if instance == self._instance and not self._stale:
+            return []
+        self._instance = instance
+        self._stale = False
+        known = frozenset(p for p in members if p in self.addresses and p != self.me)
+        gained = not known <= self._known
+        self._known = known
+        return sorted(known) if gained else []
+
+
+def join_host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

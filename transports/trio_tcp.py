@@ -48,7 +48,7 @@ from epto._limits import HEADER_SIZE
 from epto.tokenring import TokenRingConfig, TokenRingProcess, token_ring_registry
 from epto.tokenring._messages import Catchup
 
-from ._addresses import AddressBook, with_addresses
+from ._addresses import AddressBook, Directory, join_host_port, with_addresses
 from ._common import (
     Address,
     DeliveryBuffer,
@@ -202,11 +202,7 @@ class TokenRingNode:
         self._codec: FrameCodec | None = None
         self._buffer = DeliveryBuffer(config.delivery_buffer, config.overflow)
         self._addresses: dict[ProcessId, Address] = {**config.members, **config.contacts}
-        self._advertised = ""
-        self._instance_seen = -2
-        self._book_stale = True
-        self._known: frozenset[ProcessId] = frozenset()
-        """Members of the current view whose address this node knows."""
+        self._directory = Directory(config.pid, self._addresses)
         self._excluded = False
         self._queues: dict[ProcessId, trio.MemorySendChannel[bytes]] = {}
         self._listeners: list[trio.SocketListener] = []
@@ -259,8 +255,8 @@ class TokenRingNode:
         host, port = parse_host_port(cfg.bind)
         self._listeners = await trio.open_tcp_listeners(port, host=host)
         bound = self._listeners[0].socket.getsockname()
-        self.address = _join_host_port(bound[0], bound[1])
-        self._advertised = cfg.advertise or self.address
+        self.address = join_host_port(bound[0], bound[1])
+        self._directory.advertised = cfg.advertise or self.address
         self._nursery_cm = trio.open_nursery()
         self._nursery = await self._nursery_cm.__aenter__()
         self._state = "running"
@@ -337,8 +333,7 @@ class TokenRingNode:
     def set_address(self, pid: ProcessId, address: Address) -> None:
         """Where ``pid`` is reached from now on (the next connection uses it)."""
         parse_host_port(address)
-        self._book_stale |= pid not in self._addresses
-        self._addresses[pid] = address
+        self._directory.set(pid, address)
 
     def __aiter__(self) -> Self:
         return self
@@ -383,7 +378,6 @@ class TokenRingNode:
     def statistics(self) -> TokenRingNodeStatistics:
         s = self._require_process().statistics()
         c = self._counts
-        codec = self._codec
         return TokenRingNodeStatistics(
             role=s.role,
             view=s.view,
@@ -399,10 +393,16 @@ class TokenRingNode:
             connects=c["connects"],
             connect_failures=c["connect_failures"],
             encode_failures=c["encode_failures"],
-            rejected=dict(codec.rejected) if codec is not None else {},
+            rejected=self._rejected(),
             delivery_queue=len(self._buffer),
             deliveries_dropped=self._buffer.dropped,
         )
+
+    def _rejected(self) -> dict[str, int]:
+        rejected = dict(self._codec.rejected) if self._codec is not None else {}
+        if self._directory.rejected:
+            rejected["bad-address"] = rejected.get("bad-address", 0) + self._directory.rejected
+        return rejected
 
     # -- the loop -----------------------------------------------------------
 
@@ -526,69 +526,32 @@ class TokenRingNode:
     # -- addresses ------------------------------------------------------------
 
     def _book(self, dest: ProcessId) -> list[bytes]:
-        """The frames of this node's address book for ``dest``: its own
-        address first, then those it knows of the current members."""
+        """The frames of this node's address book for ``dest``."""
         codec = self._codec
         assert codec is not None
-        members = self._require_process().config.members
-        entries = [(self.config.pid, self._advertised)]
-        entries += [
-            (p, a)
-            for p, a in self._addresses.items()
-            if p in members and p != dest and p != self.config.pid
-        ]
+        book = self._directory.book_for(dest, self._require_process().config.members)
         try:
-            frames = codec.encode(self.config.pid, AddressBook(entries=tuple(entries)), to=dest)
+            return codec.encode(self.config.pid, book, to=dest)
         except LocalProtocolError:
             self._counts["encode_failures"] += 1
             return []
-        return frames
 
     def _learn_addresses(
         self, sender: ProcessId, book: AddressBook, stream: trio.SocketStream
     ) -> None:
-        """Take in a peer's book: its own entry replaces what this node had;
-        entries for others fill only the gaps."""
-        for pid, address in book.entries:
-            if pid == self.config.pid or (pid != sender and pid in self._addresses):
-                continue
-            try:
-                host, port = parse_host_port(address)
-            except LocalProtocolError:
-                assert self._codec is not None
-                self._codec.rejected["bad-address"] += 1
-                continue
-            if pid == sender and host in ("0.0.0.0", "::", ""):
-                with contextlib.suppress(OSError, IndexError):
-                    address = _join_host_port(stream.socket.getpeername()[0], port)
-            self._book_stale |= pid not in self._addresses
-            self._addresses[pid] = address
+        self._directory.learn(sender, book, lambda: str(stream.socket.getpeername()[0]))
         self._watch_view(self._require_process())
 
     def _watch_view(self, process: TokenRingProcess) -> None:
-        """After every input: when this node learns where a member of the view
-        is that it could not reach before (a configuration with new members, or
-        a book with new addresses), send its book to every member it can
-        reach; stop the node once the process is excluded.
-
-        A book goes out only when the set of reachable members grows, so the
-        exchange ends once every member knows every address; two joiners
-        admitted together, each known to a different contact, learn each
-        other's address this way."""
+        """After every input: send this node's address book when it can reach
+        new members of the view (:meth:`Directory.to_tell`); stop the node
+        once the process is excluded."""
         config = process.config
-        if config.instance != self._instance_seen or self._book_stale:
-            self._instance_seen = config.instance
-            self._book_stale = False
-            me = self.config.pid
-            known = frozenset(p for p in config.members if p in self._addresses and p != me)
-            gained = not known <= self._known
-            self._known = known
-            if gained:
-                for dest in sorted(known):
-                    queue = self._queue_for(dest)
-                    for frame in self._book(dest):
-                        with contextlib.suppress(trio.WouldBlock, trio.ClosedResourceError):
-                            queue.send_nowait(frame)
+        for dest in self._directory.to_tell(config.instance, config.members):
+            queue = self._queue_for(dest)
+            for frame in self._book(dest):
+                with contextlib.suppress(trio.WouldBlock, trio.ClosedResourceError):
+                    queue.send_nowait(frame)
         if process.excluded and self._state != "closed":
             self._excluded = True
             self._readers.unpark_all()
@@ -640,10 +603,6 @@ class TokenRingNode:
                         self._after_input()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return
-
-
-def _join_host_port(host: str, port: int) -> Address:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 async def _close_quietly(stream: trio.SocketStream) -> None:

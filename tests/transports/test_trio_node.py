@@ -275,10 +275,11 @@ async def test_an_excluded_member_must_rejoin_under_a_new_identity() -> None:
 
 @pytest.mark.trio
 async def test_joiners_known_to_different_contacts_learn_each_other() -> None:
-    """4 joins through member 1 and 5 through member 2 at the same time. Once
-    both are in the view each must reach the other, though neither contact
-    knew both: the address books sent when a node learns a new member's
-    address carry them. Both joiners' broadcasts are delivered by everyone."""
+    """4 joins through member 1 and 5 through member 2, started together. Once
+    both are in the view every node knows every address (from hellos or
+    books; whether the two are admitted by one change or two depends on
+    timing, the directory test below covers one change) and both joiners'
+    broadcasts are delivered by everyone in the same order."""
     seqs: dict[int, list[tuple[int, int]]] = {pid: [] for pid in (1, 2, 3, 4, 5)}
     with trio.fail_after(30):
         async with ring((1, 2, 3), False) as (stack, nodes):
@@ -372,3 +373,32 @@ def test_address_book_frames_round_trip_and_garbage_is_a_protocol_error() -> Non
             codec.decode(data)
 
     garbage()
+
+
+def test_directory_tells_the_members_whenever_it_can_reach_more_of_them() -> None:
+    """Joiners 4 and 5 admitted together, known to members 1 and 2 only: each
+    contact passes its book on when it learns a new member's address, so the
+    two joiners end up knowing each other although neither contact knew both."""
+    from epto.transports._addresses import AddressBook, Directory
+
+    def book(**entries: str) -> dict[int, str]:
+        return {int(k[1:]): v for k, v in entries.items()}
+
+    one = Directory(1, book(p1="h:1", p2="h:2", p3="h:3", p4="h:4"))
+    two = Directory(2, book(p1="h:1", p2="h:2", p3="h:3", p5="h:5"))
+    one.advertised, two.advertised = "h:1", "h:2"
+    view = (1, 2, 3, 4, 5)
+    assert one.to_tell(0, (1, 2, 3)) == [2, 3]  # at start: every member
+    assert one.to_tell(0, (1, 2, 3)) == []  # nothing new
+    assert one.to_tell(1, view) == [2, 3, 4]  # the view gained 4 (and 5, unknown)
+    assert two.to_tell(1, view) == [1, 3, 5]
+    one.learn(2, two.book_for(1, view), lambda: "h")
+    assert one.addresses[5] == "h:5"
+    assert one.to_tell(1, view) == [2, 3, 4, 5]  # 4 hears of 5 from 1
+    assert one.book_for(4, view).entries == ((1, "h:1"), (2, "h:2"), (3, "h:3"), (5, "h:5"))
+    two.learn(1, one.book_for(2, view), lambda: "h")
+    assert two.to_tell(1, view) == [1, 3, 4, 5]  # 5 hears of 4 from 2
+    assert one.to_tell(1, view) == two.to_tell(1, view) == []  # the exchange ends
+    # The sender speaks for itself; third parties only fill gaps.
+    one.learn(9, AddressBook(entries=((9, "0.0.0.0:7"), (2, "evil:1"))), lambda: "10.0.0.9")
+    assert one.addresses[9] == "10.0.0.9:7" and one.addresses[2] == "h:2"
