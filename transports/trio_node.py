@@ -29,10 +29,10 @@ import attrs
 from epto import Delivery, EventId, Limits, ProcessId
 
 from ._common import Address, NodeConfig
-from .trio_tcp import TokenRingNode, TokenRingNodeConfig
+from .trio_tcp import MemberExcludedError, TokenRingNode, TokenRingNodeConfig
 from .trio_udp import TrioNode
 
-__all__ = ["GroupNode", "open_node", "token_ring_node_config"]
+__all__ = ["GroupNode", "MemberExcludedError", "open_node", "token_ring_node_config"]
 
 
 class GroupNode(Protocol):

@@ -402,3 +402,37 @@ def test_directory_tells_the_members_whenever_it_can_reach_more_of_them() -> Non
     # The sender speaks for itself; third parties only fill gaps.
     one.learn(9, AddressBook(entries=((9, "0.0.0.0:7"), (2, "evil:1"))), lambda: "10.0.0.9")
     assert one.addresses[9] == "10.0.0.9:7" and one.addresses[2] == "h:2"
+
+
+def test_epto_node_refuses_what_the_engines_cannot_run() -> None:
+    from epto.cli import main
+
+    with pytest.raises(SystemExit, match="full view"):
+        main(["node", "--id=1", "--mode=token-ring", "--cyclon", "--peer=2=127.0.0.1:9"])
+    with pytest.raises(SystemExit, match="runs on --transport trio"):
+        main(["node", "--id=1", "--mode=auto", "--transport=zmq", "--peer=2=127.0.0.1:9"])
+    with pytest.raises(SystemExit, match="not both"):
+        main(["node", "--id=4", "--mode=token-ring", "--peer=2=h:9", "--contact=1=h:8"])
+    with pytest.raises(SystemExit, match="contacts is for joining a token ring"):
+        main(["node", "--id=4", "--contact=1=127.0.0.1:8"])
+
+
+def test_epto_node_token_ring_timeouts() -> None:
+    from epto.cli import build_parser as parser
+    from epto.cli._node import _config
+
+    def config(*argv: str) -> NodeConfig:
+        args = parser().parse_args(["node", "--id=1", "--mode=token-ring", *argv])
+        result: NodeConfig = _config(args)
+        return result
+
+    peers = ("--peer=2=127.0.0.1:9", "--peer=3=127.0.0.1:10")
+    ring_cfg = config(*peers, "--token-hold=1.0").tokenring
+    assert ring_cfg.token_hold == 1.0 and ring_cfg.token_timeout == 2 * 3 * 1.0
+    ring_cfg = config(*peers, "--token-hold=0.01", "--exclude-timeout=2").tokenring
+    assert ring_cfg.token_timeout == TokenRingConfig().token_timeout
+    assert ring_cfg.exclude_timeout == 2.0
+    ring_cfg = config(*peers, "--token-hold=1.0", "--token-timeout=0.9").tokenring
+    assert ring_cfg.token_timeout == 0.9
+    joiner = config("--contact=2=127.0.0.1:9")
+    assert joiner.contacts == {2: "127.0.0.1:9"} and not joiner.members
