@@ -245,21 +245,28 @@ def test_a_new_process_joins_through_one_contact() -> None:
         stop_all(list(procs.values()))
 
 
-def test_a_member_paused_past_exclude_timeout_exits_excluded() -> None:
-    """Member 3 is stopped (SIGSTOP) longer than exclude_timeout: the others
-    exclude it. When it runs again it learns that it is out of the view,
-    prints ``excluded 3`` and exits with status 3 (it must rejoin under a new
-    id); the others go on delivering."""
+def test_a_member_paused_past_exclude_timeout_exits_excluded(tmp_path: Path) -> None:
+    """Member 3 is stopped (SIGSTOP) until the others have excluded it (after
+    exclude_timeout; read from member 1's status file). When it runs again it
+    learns that it is out of the view, prints ``excluded 3`` and exits with
+    status 3 (it must rejoin under a new id); the others go on delivering."""
     pids = [1, 2, 3]
     ports = free_ports(3, socket.SOCK_STREAM)
+    status = tmp_path / "1.status"
     timeouts = ["--exclude-timeout=1.0", "--duration=60"]
-    procs = {pid: spawn(_argv(pid, pids, ports, *timeouts)) for pid in pids}
+    procs = {
+        pid: spawn(_argv(pid, pids, ports, *timeouts, f"--status={tmp_path / f'{pid}.status'}"))
+        for pid in pids
+    }
     buffers = {pid: bytearray() for pid in pids}
     try:
         for proc in procs.values():
             wait_for_line(proc, "ready", timeout=30)
         procs[3].send_signal(signal.SIGSTOP)
-        time.sleep(2.0)
+        deadline = time.monotonic() + 30
+        while (s := _status(status)) is None or s["members"] != [1, 2]:
+            assert time.monotonic() < deadline, f"3 not excluded: {s}"
+            time.sleep(0.02)
         procs[3].send_signal(signal.SIGCONT)
         wait_for_line(procs[3], "excluded 3", timeout=30)
         assert procs[3].wait(timeout=30) == 3

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from typing import Any
 
+import attrs
 import pytest
 import trio
 from epto.transports import NodeConfig
@@ -165,14 +166,16 @@ async def test_abort_inside_the_block_does_not_cancel_the_block() -> None:
 
 @asynccontextmanager
 async def ring(
-    pids: tuple[int, ...], sealed: bool
+    pids: tuple[int, ...], sealed: bool, tokenring: TokenRingConfig = RING
 ) -> AsyncIterator[tuple[AsyncExitStack, dict[int, TokenRingNode]]]:
     ports = free_ports(len(pids), socket.SOCK_STREAM)
     members = {pid: f"127.0.0.1:{port}" for pid, port in zip(pids, ports, strict=True)}
     async with AsyncExitStack() as stack:
         nodes = {}
         for pid in pids:
-            config = node_config(pid, sealed, bind=members[pid], members=members)
+            config = node_config(
+                pid, sealed, bind=members[pid], members=members, tokenring=tokenring
+            )
             nodes[pid] = await stack.enter_async_context(TokenRingNode(config))
         yield stack, nodes
         for node in nodes.values():
@@ -180,8 +183,9 @@ async def ring(
 
 
 def node_config(pid: int, sealed: bool, **fields: Any) -> TokenRingNodeConfig:
+    fields.setdefault("tokenring", RING)
     return TokenRingNodeConfig(
-        pid=pid, tokenring=RING, seed=pid, group=9, group_key=KEY if sealed else None, **fields
+        pid=pid, seed=pid, group=9, group_key=KEY if sealed else None, **fields
     )
 
 
@@ -197,12 +201,14 @@ async def wait_until(predicate: Any, what: str, timeout: float = 10.0) -> None:
 @pytest.mark.parametrize("sealed", [False, True])
 async def test_a_new_identity_joins_through_one_contact(sealed: bool) -> None:
     """Three members run; a fourth identity knows only member 2's address. It is
-    admitted by a view change, learns every member's address (and they its),
-    delivers from its entry on in the group's order, and its own broadcasts
-    are delivered by everyone."""
+    admitted by a view change, as an external member (kept external here: no
+    readmission), learns every member's address (and they its), delivers from
+    its entry on in the group's order, and its own broadcasts are delivered by
+    everyone."""
     seqs: dict[int, list[tuple[int, int]]] = {pid: [] for pid in (1, 2, 3, 4)}
+    external = attrs.evolve(RING, readmit_after=60.0)
     with trio.fail_after(30):
-        async with ring((1, 2, 3), sealed) as (stack, nodes):
+        async with ring((1, 2, 3), sealed, external) as (stack, nodes):
             before: set[tuple[int, int]] = set()
             async with trio.open_nursery() as nursery:
                 for pid, node in nodes.items():
@@ -212,7 +218,9 @@ async def test_a_new_identity_joins_through_one_contact(sealed: bool) -> None:
                         before.add(node.broadcast(b"before %d" % i))
             view = nodes[1].statistics().view
             joiner = await stack.enter_async_context(
-                TokenRingNode(node_config(4, sealed, contacts={2: nodes[2].address}))
+                TokenRingNode(
+                    node_config(4, sealed, contacts={2: nodes[2].address}, tokenring=external)
+                )
             )
             nodes[4] = joiner
             await wait_until(lambda: joiner.statistics().role != "joining", "admitted")
@@ -233,6 +241,8 @@ async def test_a_new_identity_joins_through_one_contact(sealed: bool) -> None:
                         after.add(node.broadcast(b"after %d" % i))
                     await trio.sleep(0.01)
             assert not any(n.statistics().rejected for n in nodes.values())
+            assert joiner.statistics().role == "external"
+            assert 4 not in nodes[1].statistics().core
     everyone = {pid: seqs[pid] for pid in (1, 2, 3)}
     report = check(everyone, broadcast=before | after, expected=before | after)
     assert report.ok, report.summary()
