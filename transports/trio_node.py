@@ -22,7 +22,7 @@ list whichever mode it runs in; the ports must be free for TCP.
 
 from __future__ import annotations
 
-from typing import Protocol, Self
+from typing import TYPE_CHECKING, Protocol, Self
 
 import attrs
 
@@ -53,6 +53,12 @@ class GroupNode(Protocol):
     async def aclose(self) -> None: ...
 
     def abort(self) -> None: ...
+
+
+if TYPE_CHECKING:
+
+    def _both_are_group_nodes(node: TrioNode | TokenRingNode) -> GroupNode:
+        return node  # checked by mypy: both classes have the protocol's surface
 
 
 def open_node(config: NodeConfig) -> TrioNode | TokenRingNode:
