@@ -22,6 +22,7 @@ list whichever mode it runs in; the ports must be free for TCP.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol, Self
 
 import attrs
@@ -32,7 +33,32 @@ from ._common import Address, NodeConfig
 from .trio_tcp import MemberExcludedError, TokenRingNode, TokenRingNodeConfig
 from .trio_udp import TrioNode
 
-__all__ = ["GroupNode", "MemberExcludedError", "open_node", "token_ring_node_config"]
+__all__ = [
+    "GroupNode",
+    "GroupStatistics",
+    "MemberExcludedError",
+    "open_node",
+    "token_ring_node_config",
+]
+
+
+class GroupStatistics(Protocol):
+    """The counters both engines' statistics have."""
+
+    @property
+    def broadcasts(self) -> int: ...
+
+    @property
+    def delivered(self) -> int: ...
+
+    @property
+    def rejected(self) -> Mapping[str, int]: ...
+
+    @property
+    def delivery_queue(self) -> int: ...
+
+    @property
+    def deliveries_dropped(self) -> int: ...
 
 
 class GroupNode(Protocol):
@@ -45,6 +71,8 @@ class GroupNode(Protocol):
     def pid(self) -> ProcessId: ...
 
     def broadcast(self, payload: bytes) -> EventId: ...
+
+    def statistics(self) -> GroupStatistics: ...
 
     def __aiter__(self) -> Self: ...
 
