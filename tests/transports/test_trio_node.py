@@ -277,9 +277,11 @@ async def test_an_excluded_member_must_rejoin_under_a_new_identity() -> None:
             )
             await wait_until(lambda: fresh.statistics().role != "joining", "5 admitted")
             eid = fresh.broadcast(b"back")
-            got: list[tuple[int, int]] = []
-            await _collect(nodes[2], got, 1)
-            assert got == [eid]
+            got: dict[int, list[tuple[int, int]]] = {2: [], 5: []}
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_collect, nodes[2], got[2], 1)
+                nursery.start_soon(_collect, fresh, got[5], 1)
+            assert got == {2: [eid], 5: [eid]}
             assert nodes[1].statistics().members == (1, 2, 5)
 
 
