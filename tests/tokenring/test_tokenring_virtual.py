@@ -217,3 +217,25 @@ def test_a_broken_link_loses_what_is_in_flight_and_the_ring_repairs_it() -> None
     cluster.run_until(5.0)  # fetched or retransmitted once the link is back
     assert all(eid in seq for seq in cluster.recorder.sequences.values())
     assert cluster.check().ok
+
+
+def test_a_join_through_the_last_member_reaches_the_coordinator() -> None:
+    # The contact is last in view order: on its own it would wait
+    # change_timeout x 10 before proposing. The newcomer learns the view from
+    # its contact and asks the coordinator directly.
+    config = TokenRingConfig()
+    cluster = Cluster(10, seed=1, config=config, latency=UniformLatency(0.002, 0.01))
+    cluster.run_until(1.0)
+    cluster.add_process(100, contacts=[9])
+    newcomer = _ring(cluster.processes[100])
+    t = 1.0
+    while newcomer.role is Role.JOINING and t < 1.0 + 2 * config.change_timeout:
+        t += 0.01
+        cluster.run_until(t)
+    assert newcomer.role is Role.EXTERNAL
+    cluster.broadcast_at(t + 0.01, 100, b"from the newcomer")
+    cluster.broadcast_at(t + 0.01, 3, b"to the newcomer")
+    cluster.run_until(t + 2.0)
+    report = cluster.check()
+    assert report.ok, report.summary()
+    assert all(len(cluster.recorder.sequences[p]) == 2 for p in cluster.processes)
