@@ -17,9 +17,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from epto.transports.virtual import TokenRingCluster
 
 from epto.tokenring import TokenRingConfig
-from epto.tokenring.simulation import TokenRingCluster
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "img"
 DELAY = (0.001, 0.005)  # one-way link delay, uniform, seconds
@@ -33,7 +33,7 @@ def poisson_workload(cluster: TokenRingCluster, senders: list[int], seed: int) -
     i = 0
     while t < DURATION:
         s = rng.choice(senders)
-        cluster.at(t, lambda s=s, i=i: cluster.broadcast(s, b"x" * 1024))
+        cluster.broadcast_at(t, s, b"x" * 1024)
         i += 1
         t += rng.expovariate(RATE)
 
@@ -67,7 +67,7 @@ def flapping_run(flap: bool, seed: int) -> tuple[list[tuple[float, float]], int,
     points = []
     for p in (0, 1, 2, 3):
         for eid, at in cluster.delivered_at[p].items():
-            points.append((cluster.broadcast_at[eid], at - cluster.broadcast_at[eid]))
+            points.append((cluster.broadcast_times[eid], at - cluster.broadcast_times[eid]))
     stats = cluster.procs[0].statistics()
     return sorted(points), stats.light_changes, stats.full_changes
 

@@ -21,6 +21,7 @@ import attrs
 
 from epto import (
     Config,
+    ConfigurationError,
     CyclonConfig,
     Delivery,
     EventId,
@@ -34,8 +35,12 @@ from epto import (
     RemoteProtocolError,
 )
 from epto import ProcessId as ProcessId
+from epto.tokenring import TokenRingConfig, choose_mode
 
 OverflowPolicy: TypeAlias = Literal["fail", "drop"]
+
+Mode: TypeAlias = Literal["epto", "token-ring", "auto"]
+"""The ordering engine of a node: EpTO, the token ring, or chosen by group size."""
 
 Address: TypeAlias = str
 """Where a member is reached: ``"host:port"`` for the socket transports, any
@@ -76,6 +81,12 @@ class NodeConfig:
     ``epto`` fixes the protocol parameters; when it is None they are derived
     from ``group_size`` (or the number of members) with
     :meth:`epto.Config.for_group` and ``round_interval``.
+
+    ``mode`` picks the ordering engine (:meth:`resolved_mode`): ``"epto"``,
+    ``"token-ring"`` (``tokenring`` holds its parameters; a full view only,
+    run by :func:`epto.transports.trio_node.open_node` over TCP), or
+    ``"auto"``: the token ring for groups of at most
+    :data:`epto.tokenring.AUTO_TOKEN_RING_MAX_GROUP` members, EpTO above.
     """
 
     pid: ProcessId
@@ -111,6 +122,54 @@ class NodeConfig:
     flush_timeout: float = 5.0
     """Seconds ``close()`` keeps running rounds so that this node's own events
     are gossiped TTL rounds before it leaves."""
+    mode: Mode = "epto"
+    """``"epto"``, ``"token-ring"`` or ``"auto"`` (see :meth:`resolved_mode`)."""
+    tokenring: TokenRingConfig = attrs.field(factory=TokenRingConfig)
+    """Token-ring parameters, used when the mode resolves to the token ring."""
+    contacts: Mapping[ProcessId, Address] = attrs.field(factory=dict, validator=_check_members)
+    """Token ring only: a new identity joins a running group through these
+    members (``members`` then stays empty); the group admits it by a view change."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.mode not in ("epto", "token-ring", "auto"):
+            raise ConfigurationError(
+                f"NodeConfig.mode must be 'epto', 'token-ring' or 'auto', got {self.mode!r}"
+            )
+        mode = self.resolved_mode()
+        if mode == "epto" and self.contacts:
+            raise ConfigurationError(
+                "NodeConfig.contacts is for joining a token ring; an EpTO node joins "
+                "with the members in 'members' (full view) or Cyclon seeds"
+            )
+        if mode == "token-ring" and self.contacts and set(self.members) - {self.pid}:
+            raise ConfigurationError(
+                "NodeConfig: a token-ring node either bootstraps with 'members' or joins "
+                "through 'contacts', not both"
+            )
+
+    def resolved_mode(self) -> Literal["epto", "token-ring"]:
+        """The engine this configuration runs.
+
+        ``"auto"`` picks the token ring for a group of at most
+        :data:`epto.tokenring.AUTO_TOKEN_RING_MAX_GROUP` members (``group_size``,
+        or the members and contacts given, this node included) and EpTO above;
+        with a Cyclon sampler (partial views, groups too large to list) it picks
+        EpTO. ``"token-ring"`` with a Cyclon sampler raises
+        :class:`epto.ConfigurationError`: the token ring needs every member.
+        """
+        if self.mode == "token-ring":
+            if isinstance(self.sampler, CyclonConfig):
+                raise ConfigurationError(
+                    "NodeConfig: mode='token-ring' needs the full view (sampler='full'); "
+                    "Cyclon partial views are for EpTO"
+                )
+            return "token-ring"
+        if self.mode == "auto":
+            if isinstance(self.sampler, CyclonConfig):
+                return "epto"
+            n = self.group_size or len(set(self.members) | set(self.contacts) | {self.pid})
+            return "token-ring" if choose_mode(n, "auto") == "token-ring" else "epto"
+        return "epto"
 
     def protocol_config(self) -> Config:
         if self.epto is not None:
@@ -390,6 +449,16 @@ class CoreAdapter:
             deliveries_dropped=self.buffer.dropped,
             pending=s.pending,
             members=members,
+        )
+
+
+def require_epto(config: NodeConfig, node: str, hint: str) -> None:
+    """Raise :class:`epto.ConfigurationError` unless ``config`` runs EpTO (the
+    node classes that run only EpTO call this)."""
+    if config.resolved_mode() != "epto":
+        raise ConfigurationError(
+            f"{node} runs EpTO, and this configuration (mode={config.mode!r}) resolves "
+            f"to the token ring; {hint}"
         )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Self
 
@@ -28,13 +29,22 @@ from ._common import (
     DeliveryOverflowError,
     NodeConfig,
     TransportStatistics,
+    require_epto,
 )
 
 
 class TrioNodeBase:
     """Shared body of :class:`TrioNode` and :class:`MemoryNode`."""
 
+    mode = "epto"
+    """The ordering engine this node runs."""
+
     def __init__(self, config: NodeConfig) -> None:
+        require_epto(
+            config,
+            type(self).__name__,
+            "open the node with epto.transports.trio_node.open_node(config) (TCP, trio)",
+        )
         self.config = config
         self._core: CoreAdapter | None = None
         self._state = "new"
@@ -43,6 +53,7 @@ class TrioNodeBase:
         self._round_done = trio.lowlevel.ParkingLot()
         self._nursery_cm: Any = None
         self._nursery: trio.Nursery | None = None
+        self._scopes: list[trio.CancelScope] = []
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -55,9 +66,23 @@ class TrioNodeBase:
         self._nursery_cm = trio.open_nursery()
         self._nursery = await self._nursery_cm.__aenter__()
         self._state = "running"
-        self._nursery.start_soon(self._receive_loop)
-        self._nursery.start_soon(self._round_loop)
+        self._spawn(self._receive_loop)
+        self._spawn(self._round_loop)
         return self
+
+    def _spawn(self, fn: Callable[[], Awaitable[None]]) -> None:
+        # Each task runs in its own cancel scope: cancelling the nursery's
+        # scope would also cancel the body of the 'async with' that entered
+        # the node (code calling abort() on its own node).
+        scope = trio.CancelScope()
+        self._scopes.append(scope)
+
+        async def run() -> None:
+            with scope:
+                await fn()
+
+        assert self._nursery is not None
+        self._nursery.start_soon(run)
 
     async def __aexit__(
         self,
@@ -95,8 +120,8 @@ class TrioNodeBase:
         if self._state == "closed":
             return
         self._state = "closed"
-        if self._nursery is not None:
-            self._nursery.cancel_scope.cancel()
+        for scope in self._scopes:
+            scope.cancel()
         self._close_link()
         self._readers.unpark_all()
         self._round_done.unpark_all()

@@ -6,7 +6,9 @@ demos call it directly. The workload follows the EpTO paper's evaluation
 (or a fixed number of events is spread over the broadcasting rounds), round
 length 125 ticks with 1 % drift, PlanetLab latencies; then the simulation runs
 on, without new broadcasts, until every event has been delivered or dropped
-everywhere (or a round limit passes).
+everywhere (or a round limit passes). The same workload, network options and
+summary serve a token ring (``SimulationSpec(mode="token-ring")``,
+``_ring_run.py``).
 """
 
 from __future__ import annotations
@@ -18,142 +20,14 @@ from typing import Any, Literal
 
 import attrs
 
-from epto import Config, ConfigurationError, CyclonConfig, EventId, ProcessId
+from epto import Config, EventId, ProcessId
 from epto.check import CheckReport
+from epto.tokenring import TokenRingConfig
 
-from ._latency import ConstantLatency, LatencyModel, PlanetLabLatency, UniformLatency
-from ._virtual import Cluster, NetworkStatistics, SimulationObserver
-
-LatencyKind = Literal["constant", "uniform", "planetlab"]
-
-
-def _check_range(name: str, value: float, low: float, high: float) -> None:
-    if not (isinstance(value, int | float) and low <= value < high):
-        raise ConfigurationError(f"{name} must be in [{low}, {high}), got {value!r}")
-
-
-@attrs.frozen(kw_only=True)
-class SimulationSpec:
-    """Everything that defines a simulated run; same spec, same result."""
-
-    processes: int = 100
-    rounds: int = 60
-    """Rounds (of ``round_interval``) during which events are broadcast."""
-    broadcast_rate: float = 0.05
-    """Probability that a process broadcasts in a round (ignored with ``events``)."""
-    events: int | None = None
-    """A fixed number of events, at uniformly random times and sources."""
-    clock: Literal["logical", "global"] = "logical"
-    fanout: int | None = None
-    """``None``: from :func:`epto.params.derive_parameters`."""
-    ttl: int | None = None
-    """``None``: from :func:`epto.params.derive_parameters`."""
-    c: float = 2.0
-    round_interval: float = 125.0
-    drift: float = 0.01
-    """Each process's round length is uniform in ``[δ(1-d), δ(1+d)]``."""
-    jitter: float = 0.0
-    latency: LatencyKind = "planetlab"
-    latency_low: float = 0.0
-    """Uniform model: smallest latency."""
-    latency_high: float = 100.0
-    """Uniform model: largest latency; constant model: the latency."""
-    planetlab_per_link: bool = True
-    loss: float = 0.0
-    churn: float = 0.0
-    """Processes replaced per round during the broadcasting rounds (α)."""
-    ordering: Literal["strict", "paper"] = "strict"
-    tagged_delivery: bool = False
-    seed: int = 1
-    payload_size: int = 16
-    quantum: float | None = 1.0
-    """Time resolution of the scheduler (``None``: exact)."""
-    max_drain_rounds: int | None = None
-    pss: Literal["full", "cyclon"] = "full"
-    """Peer sampling: the static full view, or Cyclon (:class:`epto.Node`)."""
-    view_size: int = 50
-    """Cyclon: entries per view."""
-    shuffle_length: int = 8
-    """Cyclon: entries per shuffle."""
-    shuffle_period: float | None = None
-    """Cyclon: time between shuffles (``None``: the round length)."""
-    pss_seeds: int = 3
-    """Cyclon: live processes a newcomer is given to join through (a tracker's
-    answer); with one, a newcomer whose seed crashes before answering stays
-    alone."""
-    pss_warmup: int = 50
-    """Cyclon: rounds run before the first broadcast, for the views to mix
-    (processes join one by one through a random earlier one)."""
-    """Rounds allowed after the broadcasting rounds for events to settle
-    (``None``: four times TTL plus the largest latency in rounds)."""
-    stop_when_complete: bool = True
-    """Stop as soon as every live process has delivered every event broadcast
-    since it joined: nothing can change the outcome after that, though stale
-    copies may gossip on for up to TTL slow hops. ``False`` runs on until no
-    ball is in flight (the work figures then include that tail)."""
-
-    def validate(self) -> None:
-        if not isinstance(self.processes, int) or self.processes < 2:
-            raise ConfigurationError(f"processes must be at least 2, got {self.processes!r}")
-        if not isinstance(self.rounds, int) or self.rounds < 1:
-            raise ConfigurationError(f"rounds must be at least 1, got {self.rounds!r}")
-        _check_range("broadcast_rate", self.broadcast_rate, 0, 1.000001)
-        if self.events is not None and (not isinstance(self.events, int) or self.events < 0):
-            raise ConfigurationError(f"events must be a non-negative integer, got {self.events!r}")
-        _check_range("drift", self.drift, 0, 1)
-        _check_range("loss", self.loss, 0, 1)
-        _check_range("churn", self.churn, 0, self.processes)
-        if self.payload_size < 8:
-            raise ConfigurationError("payload_size must be at least 8 bytes")
-        if self.pss not in ("full", "cyclon"):
-            raise ConfigurationError(f"pss must be 'full' or 'cyclon', got {self.pss!r}")
-        if not isinstance(self.pss_warmup, int) or self.pss_warmup < 0:
-            raise ConfigurationError(f"pss_warmup must be >= 0, got {self.pss_warmup!r}")
-        self.cyclon_config()
-
-    def cyclon_config(self) -> CyclonConfig | None:
-        """The Cyclon configuration, or None for the full view."""
-        if self.pss != "cyclon":
-            return None
-        return CyclonConfig(
-            view_size=self.view_size,
-            shuffle_length=self.shuffle_length,
-            shuffle_period=self.shuffle_period or self.round_interval,
-        )
-
-    def latency_model(self) -> LatencyModel:
-        if self.latency == "constant":
-            return ConstantLatency(self.latency_high)
-        if self.latency == "uniform":
-            return UniformLatency(self.latency_low, self.latency_high)
-        if self.latency == "planetlab":
-            return PlanetLabLatency(per_link=self.planetlab_per_link)
-        raise ConfigurationError(f"unknown latency model {self.latency!r}")
-
-    def config(self, latency: LatencyModel) -> Config:
-        """The processes' configuration: the lemmas' fanout and TTL for this
-        group, churn, loss, drift ratio and (when every latency is below the
-        round length) Lemma 6; explicit ``fanout``/``ttl`` win."""
-        n = self.processes
-        config = Config.for_group(
-            n,
-            c=self.c,
-            clock=self.clock,
-            churn=self.churn,
-            loss=self.loss,
-            drift=(1 + self.drift) / (1 - self.drift),
-            bounded_latency=latency.maximum <= self.round_interval,
-            round_interval=self.round_interval,
-            ordering=self.ordering,
-            tagged_delivery=self.tagged_delivery,
-            clock_resolution=1000.0,
-        )
-        changes: dict[str, Any] = {}
-        if self.fanout is not None:
-            changes["fanout"] = self.fanout
-        if self.ttl is not None:
-            changes["ttl"] = self.ttl
-        return attrs.evolve(config, **changes) if changes else config
+from ._cluster import Cluster
+from ._network import NetworkStatistics
+from ._spec import SimulationSpec
+from ._virtual import Simulation, SimulationObserver
 
 
 @attrs.frozen(kw_only=True)
@@ -161,7 +35,7 @@ class SimulationResult:
     """What a run did; :meth:`summary` is the JSON of ``epto simulate --json``."""
 
     spec: SimulationSpec
-    config: Config
+    config: Config | TokenRingConfig
     processes: int
     """Processes that ever ran (initial ones plus joiners)."""
     processes_at_end: int
@@ -192,6 +66,9 @@ class SimulationResult:
     report: CheckReport = attrs.field(repr=False)
     delays: Sequence[float] = attrs.field(repr=False)
     """Every in-order delivery's delay, sorted."""
+    extra_parameters: dict[str, Any] = attrs.field(factory=dict)
+    """Engine-specific figures added to ``parameters`` (token ring: ``k``,
+    view changes, exclusions)."""
 
     def summary(self) -> dict[str, Any]:
         net = attrs.asdict(self.network)
@@ -214,14 +91,22 @@ class SimulationResult:
             "virtual_time": self.virtual_time,
             "settled": self.settled,
             "wall_seconds": self.wall_seconds,
-            "parameters": {
-                **attrs.asdict(self.spec),
-                "fanout": self.config.fanout,
-                "ttl": self.config.ttl,
+            "parameters": self._parameters(),
+        }
+
+    def _parameters(self) -> dict[str, Any]:
+        config = self.config
+        if isinstance(config, Config):
+            engine: dict[str, Any] = {
+                "fanout": config.fanout,
+                "ttl": config.ttl,
                 "fanout_derived": self.spec.fanout is None,
                 "ttl_derived": self.spec.ttl is None,
-            },
-        }
+            }
+        else:  # a token ring: no gossip parameters
+            engine = dict.fromkeys(("fanout", "ttl"), None)
+            engine.update(fanout_derived=False, ttl_derived=False)
+        return {**attrs.asdict(self.spec), **engine, **self.extra_parameters}
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float | None:
@@ -232,51 +117,32 @@ def percentile(sorted_values: Sequence[float], q: float) -> float | None:
     return sorted_values[rank - 1]
 
 
+def delay_summary(delays: Sequence[float]) -> dict[str, float | None]:
+    """Percentiles, maximum and mean of sorted delays (the summary's ``delay``)."""
+    return {
+        "p50": percentile(delays, 50),
+        "p95": percentile(delays, 95),
+        "p99": percentile(delays, 99),
+        "max": delays[-1] if delays else None,
+        "mean": sum(delays) / len(delays) if delays else None,
+    }
+
+
 def _payload(counter: int, size: int) -> bytes:
     return counter.to_bytes(8, "big") + bytes(size - 8)
 
 
-def run_simulation(
-    spec: SimulationSpec,
-    *,
-    observers: Iterable[SimulationObserver] = (),
-    progress: Callable[[float, float], None] | None = None,
-) -> SimulationResult:
-    """Run ``spec`` in the virtual-time network and check what was delivered.
-
-    ``observers`` see every join, leave, broadcast and delivery (a delivery
-    log writer is one). ``progress(rounds_done, rounds_expected)`` is called
-    once per round.
-    """
-    spec.validate()
-    wall = time.perf_counter()
-    latency = spec.latency_model()
-    config = spec.config(latency)
-    delta = spec.round_interval
-    cluster = Cluster(
-        0,
-        seed=spec.seed,
-        config=config,
-        latency=latency,
-        loss=spec.loss,
-        drift=spec.drift,
-        jitter=spec.jitter,
-        quantum=spec.quantum,
-        pss=spec.cyclon_config() or "full",
-        pss_seeds=spec.pss_seeds,
-    )
-    for obs in observers:
-        cluster.add_observer(obs)
-    cluster.add_processes(spec.processes)
+def schedule_workload(cluster: Simulation, spec: SimulationSpec, t0: float) -> float:
+    """Schedule the broadcasts, churn and partition of ``spec`` from ``t0``,
+    with the schedule's random stream; returns the end of the broadcasting
+    rounds."""
     rng = cluster.schedule_rng
-    if spec.pss == "cyclon" and spec.pss_warmup:
-        cluster.run_rounds(spec.pss_warmup)
-    t0 = cluster.now
+    delta = spec.round_interval
     span = t0 + spec.rounds * delta
     counter = [0]
 
     def broadcast_from(pid: ProcessId) -> None:
-        if pid in cluster.processes:
+        if cluster.can_broadcast(pid):
             cluster.broadcast(pid, _payload(counter[0], spec.payload_size))
             counter[0] += 1
 
@@ -303,6 +169,54 @@ def run_simulation(
         cluster.call_at(t0, round_of_broadcasts)
     if spec.churn:
         cluster.schedule_churn(spec.churn, stop=span)
+    window = spec.partition_window()
+    if window is not None:
+        initial = sorted(cluster.processes)
+        side = rng.sample(initial, max(1, round(spec.partition * len(initial))))
+        cluster.partition([side], start=t0 + window[0] * delta, end=t0 + window[1] * delta)
+    return span
+
+
+def run_simulation(
+    spec: SimulationSpec,
+    *,
+    observers: Iterable[SimulationObserver] = (),
+    progress: Callable[[float, float], None] | None = None,
+) -> SimulationResult:
+    """Run ``spec`` in the virtual-time network and check what was delivered.
+
+    ``observers`` see every join, leave, broadcast and delivery (a delivery
+    log writer is one). ``progress(rounds_done, rounds_expected)`` is called
+    once per round.
+    """
+    spec.validate()
+    if spec.mode == "token-ring":
+        from ._ring_run import run_token_ring
+
+        return run_token_ring(spec, observers=observers, progress=progress)
+    wall = time.perf_counter()
+    latency = spec.latency_model()
+    config = spec.config(latency)
+    delta = spec.round_interval
+    cluster = Cluster(
+        0,
+        seed=spec.seed,
+        config=config,
+        latency=latency,
+        loss=spec.loss,
+        drift=spec.drift,
+        jitter=spec.jitter,
+        quantum=spec.quantum,
+        pss=spec.cyclon_config() or "full",
+        pss_seeds=spec.pss_seeds,
+    )
+    for obs in observers:
+        cluster.add_observer(obs)
+    cluster.add_processes(spec.processes)
+    if spec.pss == "cyclon" and spec.pss_warmup:
+        cluster.run_rounds(spec.pss_warmup)
+    t0 = cluster.now
+    schedule_workload(cluster, spec, t0)
 
     drain = spec.max_drain_rounds
     if drain is None:
@@ -358,13 +272,6 @@ def run_simulation(
 
     report = cluster.check(expected=expected)
     delays = sorted(cluster.recorder.delays)
-    delay: dict[str, float | None] = {
-        "p50": percentile(delays, 50),
-        "p95": percentile(delays, 95),
-        "p99": percentile(delays, 99),
-        "max": delays[-1] if delays else None,
-        "mean": sum(delays) / len(delays) if delays else None,
-    }
     return SimulationResult(
         spec=spec,
         config=config,
@@ -378,7 +285,7 @@ def run_simulation(
         processes_with_holes=sum(1 for h in report.holes.values() if h),
         order_violations=len(report.order_violations),
         integrity_violations=len(report.integrity_violations),
-        delay=delay,
+        delay=delay_summary(delays),
         entries_processed=cluster.entries_processed(),
         network=cluster.network_statistics(),
         rounds_run=(cluster.now - t0) / delta,

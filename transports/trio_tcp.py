@@ -34,6 +34,7 @@ import attrs
 import trio
 
 from epto import (
+    ConfigurationError,
     Delivery,
     EventId,
     FrameCodec,
@@ -47,6 +48,7 @@ from epto._limits import HEADER_SIZE
 from epto.tokenring import TokenRingConfig, TokenRingProcess, token_ring_registry
 from epto.tokenring._messages import Catchup, DataBatch, Order
 
+from ._addresses import AddressBook, Directory, join_host_port, with_addresses
 from ._common import (
     Address,
     DeliveryBuffer,
@@ -55,7 +57,12 @@ from ._common import (
     parse_host_port,
 )
 
-__all__ = ["TokenRingNode", "TokenRingNodeConfig", "TokenRingNodeStatistics"]
+__all__ = [
+    "MemberExcludedError",
+    "TokenRingNode",
+    "TokenRingNodeConfig",
+    "TokenRingNodeStatistics",
+]
 
 _LENGTH = struct.Struct(">I")
 _RECV_SIZE = 262_144
@@ -117,13 +124,23 @@ class TokenRingNodeConfig:
     """How to run one token-ring node on TCP.
 
     Bootstrap members all pass the same ``members`` (pid to ``"host:port"``,
-    this node included). Times are in seconds.
+    this node included). A new identity joining a running group passes
+    ``contacts`` instead (some current members); it learns the other members'
+    addresses from them, and they learn its address from the hello at the
+    start of its streams (see :mod:`epto.transports._addresses`). Times are in
+    seconds.
     """
 
     pid: ProcessId
     bind: Address = "127.0.0.1:0"
     """Where this node listens; port 0 picks a free port (see ``node.address``)."""
     members: Mapping[ProcessId, Address] = attrs.field(factory=dict)
+    contacts: Mapping[ProcessId, Address] = attrs.field(factory=dict)
+    """Join a running group through these members (a new identity)."""
+    advertise: Address | None = None
+    """The address announced to the others in hellos; default the bound
+    address, whose unspecified host (``0.0.0.0``) a receiver replaces by the
+    address the connection comes from."""
     tokenring: TokenRingConfig = attrs.field(factory=TokenRingConfig)
     group: int = 0
     """Group id carried by every frame; frames of other groups are refused."""
@@ -143,6 +160,28 @@ class TokenRingNodeConfig:
     flush_timeout: float = 5.0
     """Seconds ``aclose()`` waits for this node's own broadcasts to be delivered."""
 
+    def __attrs_post_init__(self) -> None:
+        for what, book in (("members", self.members), ("contacts", self.contacts)):
+            for pid, address in book.items():
+                if not isinstance(pid, int) or not 0 <= pid < 2**64:
+                    raise ConfigurationError(f"{what}: process id out of range: {pid!r}")
+                parse_host_port(address)
+        if self.contacts and set(self.members) - {self.pid}:
+            raise ConfigurationError(
+                "TokenRingNodeConfig: bootstrap with 'members' or join through 'contacts', not both"
+            )
+        if self.pid in self.contacts:
+            raise ConfigurationError("TokenRingNodeConfig: a node cannot be its own contact")
+        if self.advertise is not None:
+            parse_host_port(self.advertise)
+
+
+class MemberExcludedError(LocalProtocolError):
+    """This member is out of the group's view for good (excluded by a view
+    change, its delivered prefix diverged, or it fell too far behind). The node
+    has stopped; to take part again, start a new node with a **new** process id
+    that joins through ``contacts``."""
+
 
 @attrs.frozen(kw_only=True, slots=True)
 class TokenRingNodeStatistics:
@@ -153,6 +192,8 @@ class TokenRingNodeStatistics:
     instance: int
     core: tuple[ProcessId, ...]
     members: tuple[ProcessId, ...]
+    holds_token: bool
+    """This member holds the token now."""
     broadcasts: int
     delivered: int
     frames_sent: int
@@ -170,6 +211,9 @@ class TokenRingNodeStatistics:
 class TokenRingNode:
     """One token-ring member on TCP; an async context manager owning its tasks."""
 
+    mode = "token-ring"
+    """The ordering engine this node runs."""
+
     def __init__(self, config: TokenRingNodeConfig) -> None:
         self.config = config
         self.address = ""
@@ -177,7 +221,9 @@ class TokenRingNode:
         self._process: TokenRingProcess | None = None
         self._codec: FrameCodec | None = None
         self._buffer = DeliveryBuffer(config.delivery_buffer, config.overflow)
-        self._addresses: dict[ProcessId, Address] = dict(config.members)
+        self._addresses: dict[ProcessId, Address] = {**config.members, **config.contacts}
+        self._directory = Directory(config.pid, self._addresses)
+        self._excluded = False
         self._queues: dict[ProcessId, trio.MemorySendChannel[bytes]] = {}
         self._listeners: list[trio.SocketListener] = []
         self._readers = trio.lowlevel.ParkingLot()
@@ -216,16 +262,24 @@ class TokenRingNode:
         self._codec = FrameCodec(
             group=cfg.group,
             limits=cfg.limits,
-            registry=token_ring_registry(),
+            registry=with_addresses(token_ring_registry()),
             sealer=sealer,
             me=cfg.pid,
         )
-        members = sorted(set(cfg.members) | {cfg.pid})
-        self._process = TokenRingProcess(cfg.pid, cfg.tokenring, rng=rng, now=now, members=members)
+        if cfg.contacts:
+            self._process = TokenRingProcess(
+                cfg.pid, cfg.tokenring, rng=rng, now=now, contacts=sorted(cfg.contacts)
+            )
+        else:
+            members = sorted(set(cfg.members) | {cfg.pid})
+            self._process = TokenRingProcess(
+                cfg.pid, cfg.tokenring, rng=rng, now=now, members=members
+            )
         host, port = parse_host_port(cfg.bind)
         self._listeners = await trio.open_tcp_listeners(port, host=host)
         bound = self._listeners[0].socket.getsockname()
-        self.address = f"{bound[0]}:{bound[1]}"
+        self.address = join_host_port(bound[0], bound[1])
+        self._directory.advertised = cfg.advertise or self.address
         self._nursery_cm = trio.open_nursery()
         self._nursery = await self._nursery_cm.__aenter__()
         self._state = "running"
@@ -302,7 +356,7 @@ class TokenRingNode:
     def set_address(self, pid: ProcessId, address: Address) -> None:
         """Where ``pid`` is reached from now on (the next connection uses it)."""
         parse_host_port(address)
-        self._addresses[pid] = address
+        self._directory.set(pid, address)
 
     def __aiter__(self) -> Self:
         return self
@@ -317,6 +371,11 @@ class TokenRingNode:
                     f"more than {self._buffer.capacity} deliveries waited for the application"
                 )
             if self._state == "closed":
+                if self._excluded:
+                    raise MemberExcludedError(
+                        f"member {self.config.pid} was excluded from the group's view; "
+                        "rejoin with a new process id through contacts"
+                    )
                 raise StopAsyncIteration
             await self._readers.park()
 
@@ -325,19 +384,30 @@ class TokenRingNode:
         return self.config.pid
 
     @property
+    def excluded(self) -> bool:
+        """True once this member is out of the view for good (the node has
+        stopped; iterating raises :class:`MemberExcludedError` after the
+        deliveries already queued)."""
+        return self._excluded
+
+    def addresses(self) -> dict[ProcessId, Address]:
+        """Where this node reaches each process it knows of."""
+        return dict(self._addresses)
+
+    @property
     def process(self) -> TokenRingProcess:
         return self._require_process()
 
     def statistics(self) -> TokenRingNodeStatistics:
         s = self._require_process().statistics()
         c = self._counts
-        codec = self._codec
         return TokenRingNodeStatistics(
             role=s.role,
             view=s.view,
             instance=s.instance,
             core=s.core,
             members=s.members,
+            holds_token=self._require_process().holds_token(),
             broadcasts=s.broadcasts,
             delivered=s.delivered,
             frames_sent=c["sent"],
@@ -346,10 +416,16 @@ class TokenRingNode:
             connects=c["connects"],
             connect_failures=c["connect_failures"],
             encode_failures=c["encode_failures"],
-            rejected=dict(codec.rejected) if codec is not None else {},
+            rejected=self._rejected(),
             delivery_queue=len(self._buffer),
             deliveries_dropped=self._buffer.dropped,
         )
+
+    def _rejected(self) -> dict[str, int]:
+        rejected = dict(self._codec.rejected) if self._codec is not None else {}
+        if self._directory.rejected:
+            rejected["bad-address"] = rejected.get("bad-address", 0) + self._directory.rejected
+        return rejected
 
     # -- the loop -----------------------------------------------------------
 
@@ -434,6 +510,7 @@ class TokenRingNode:
         if self._buffer.overflowed:
             self.abort()
         self._wake.unpark_all()
+        self._watch_view(process)
 
     def _queue_for(self, dest: ProcessId) -> trio.MemorySendChannel[bytes]:
         queue = self._queues.get(dest)
@@ -492,7 +569,49 @@ class TokenRingNode:
             self._counts["connect_failures"] += 1
             return None
         self._counts["connects"] += 1
+        hello = b"".join(_LENGTH.pack(len(f)) + f for f in self._book(dest))
+        if hello:
+            try:
+                await stream.send_all(hello)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                self._counts["connect_failures"] += 1
+                await _close_quietly(stream)
+                return None
         return stream
+
+    # -- addresses ------------------------------------------------------------
+
+    def _book(self, dest: ProcessId) -> list[bytes]:
+        """The frames of this node's address book for ``dest``."""
+        codec = self._codec
+        assert codec is not None
+        book = self._directory.book_for(dest, self._require_process().config.members)
+        try:
+            return codec.encode(self.config.pid, book, to=dest)
+        except LocalProtocolError:
+            self._counts["encode_failures"] += 1
+            return []
+
+    def _learn_addresses(
+        self, sender: ProcessId, book: AddressBook, stream: trio.SocketStream
+    ) -> None:
+        self._directory.learn(sender, book, lambda: str(stream.socket.getpeername()[0]))
+        self._watch_view(self._require_process())
+
+    def _watch_view(self, process: TokenRingProcess) -> None:
+        """After every input: send this node's address book when it can reach
+        new members of the view (:meth:`Directory.to_tell`); stop the node
+        once the process is excluded."""
+        config = process.config
+        for dest in self._directory.to_tell(config.instance, config.members):
+            queue = self._queue_for(dest)
+            for frame in self._book(dest):
+                with contextlib.suppress(trio.WouldBlock, trio.ClosedResourceError):
+                    queue.send_nowait(frame)
+        if process.excluded and self._state != "closed":
+            self._excluded = True
+            self._readers.unpark_all()
+            self.abort()
 
     async def _serve(self) -> None:
         await trio.serve_listeners(self._handle_stream, self._listeners)
@@ -526,6 +645,9 @@ class TokenRingNode:
                         now = trio.current_time()
                         frame = codec.receive(bytes(buffer[start:pos]), now)
                         if frame is None:
+                            continue
+                        if type(frame.message) is AddressBook:
+                            self._learn_addresses(frame.sender, frame.message, stream)
                             continue
                         self._counts["received"] += 1
                         if self._state == "closed":

@@ -44,6 +44,7 @@ from ._common import (
     NodeConfig,
     TransportStatistics,
     parse_host_port,
+    require_epto,
 )
 
 __all__ = ["ZmqNode"]
@@ -67,6 +68,11 @@ class ZmqNode:
         *,
         context: zmq.Context[Any] | None = None,
     ) -> None:
+        require_epto(
+            config,
+            "ZmqNode",
+            "the token ring runs over TCP with trio (epto.transports.trio_node.open_node)",
+        )
         self.config = config
         self._context = context or zmq.Context.instance()
         self._offset = time.time() - time.monotonic()

@@ -12,8 +12,13 @@ output or ``--output``. It stops after ``--expect`` deliveries, after
 or on Ctrl-C; stopping flushes this node's events (``--flush-timeout``).
 
 ``--mode token-ring`` runs a token-ring member over TCP instead (trio only;
-the peers are the bootstrap members, the same list everywhere); ``--mode
-auto`` picks the token ring for groups of at most 30 members.
+the peers are the bootstrap members, the same list everywhere, or ``--contact``
+members through which a new identity joins); ``--mode auto`` picks the token
+ring for groups of at most 30 members. The node is opened by the library's
+:func:`epto.transports.trio_node.open_node` from one ``NodeConfig``.
+``--status FILE`` keeps a JSON status line in FILE (rewritten on change).
+A token-ring member excluded from the view exits with status 3 after printing
+``excluded ID`` on standard error.
 """
 
 from __future__ import annotations
@@ -23,10 +28,14 @@ import base64
 import importlib
 import json
 import math
+import os
 import sys
 import threading
 import time
 from typing import Any, TextIO
+
+EXIT_EXCLUDED = 3
+"""Exit status of a token-ring member excluded from the view."""
 
 
 def _transport(name: str) -> Any:
@@ -53,6 +62,31 @@ def register(sub: Any) -> None:
         type=float,
         default=1.0,
         help="token ring: seconds to keep serving the group after the last delivery",
+    )
+    p.add_argument(
+        "--contact",
+        action="append",
+        default=[],
+        metavar="ID=HOST:PORT",
+        help="token ring: join a running group through this member (repeat); a new id",
+    )
+    for flag, what in (
+        ("--token-hold", "seconds the holder keeps the token"),
+        ("--token-timeout", "seconds without token progress before it is regenerated"),
+        ("--suspect-timeout", "seconds of silence before a core member is demoted"),
+        ("--exclude-timeout", "seconds of silence before a member is excluded"),
+    ):
+        p.add_argument(flag, type=float, help=f"token ring: {what} (default: TokenRingConfig)")
+    p.add_argument(
+        "--status",
+        metavar="FILE",
+        help="keep one JSON status line in FILE (pid, mode, holds_token, view, delivered, ...)",
+    )
+    p.add_argument(
+        "--status-interval",
+        type=float,
+        default=0.02,
+        help="seconds between two checks of the status (default 0.02)",
     )
     p.add_argument("--id", type=int, required=True, help="this node's process id")
     p.add_argument("--bind", default="127.0.0.1:0", help="HOST:PORT to listen on")
@@ -92,18 +126,48 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+def _peers(specs: list[str], flag: str) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for spec in specs:
+        pid, sep, address = spec.partition("=")
+        if not sep or not pid.isdigit():
+            raise SystemExit(f"epto node: {flag} wants ID=HOST:PORT, got {spec!r}")
+        out[int(pid)] = address
+    return out
+
+
+def _ring_config(args: argparse.Namespace, group: int) -> Any:
+    """The token-ring parameters: defaults, then the flags given.
+
+    ``--token-hold`` without ``--token-timeout`` raises the token timeout to
+    twice a full rotation (``2 x group x hold``) when that is above the
+    default: a member sees the token progress once per rotation when the
+    group is idle, and a shorter timeout would regenerate a live token.
+    """
+    import attrs
+
+    from epto.tokenring import TokenRingConfig
+
+    ring = TokenRingConfig()
+    fields: dict[str, Any] = {}
+    for name in ("token_hold", "token_timeout", "suspect_timeout", "exclude_timeout"):
+        value = getattr(args, name)
+        if value is not None:
+            fields[name] = value
+    if "token_hold" in fields and "token_timeout" not in fields:
+        fields["token_timeout"] = max(ring.token_timeout, 2 * group * fields["token_hold"])
+    return attrs.evolve(ring, **fields)
+
+
 def _config(args: argparse.Namespace) -> Any:
     import epto
 
     NodeConfig = _transport("epto.transports").NodeConfig
 
-    members: dict[int, str] = {}
-    for spec in args.peer:
-        pid, sep, address = spec.partition("=")
-        if not sep or not pid.isdigit():
-            raise SystemExit(f"epto node: --peer wants ID=HOST:PORT, got {spec!r}")
-        members[int(pid)] = address
-    members[args.id] = args.bind
+    members = _peers(args.peer, "--peer")
+    contacts = _peers(args.contact, "--contact")
+    if not contacts:
+        members[args.id] = args.bind
     protocol = None
     if args.fanout is not None or args.ttl is not None:
         derived = epto.Config.for_group(max(2, len(members)), clock=args.clock)
@@ -118,11 +182,14 @@ def _config(args: argparse.Namespace) -> Any:
     if args.group_key_file:
         group_key = _read_key(args.group_key_file)
     return NodeConfig(
+        mode=args.mode,
+        tokenring=_ring_config(args, max(2, len(members) + len(contacts))),
+        contacts=contacts,
         pid=args.id,
         group=args.group,
         group_key=group_key,
         sampler=epto.CyclonConfig(shuffle_period=args.round_interval) if args.cyclon else "full",
-        group_size=len(members) if not args.cyclon else None,
+        group_size=len(set(members) | set(contacts) | {args.id}) if not args.cyclon else None,
         bind=args.bind,
         members=members,
         epto=protocol,
@@ -192,37 +259,24 @@ def _line(delivery: Any) -> str:
     return json.dumps(record)
 
 
-def _token_ring_config(args: argparse.Namespace, epto_config: Any) -> Any:
-    module = _transport("epto.transports.trio_tcp")
-    return module.TokenRingNodeConfig(
-        pid=args.id,
-        bind=args.bind,
-        members=dict(epto_config.members),
-        group=args.group,
-        group_key=epto_config.group_key,
-        seed=args.seed,
-        flush_timeout=args.flush_timeout,
-    )
-
-
 def run(args: argparse.Namespace) -> int:
-    from epto.tokenring import choose_mode
+    import epto
 
-    config = _config(args)
-    mode = choose_mode(len(config.members), args.mode)
-    if mode == "token-ring":
-        if args.transport != "trio" or args.cyclon:
-            raise SystemExit("epto node: --mode token-ring runs on --transport trio, full view")
-        config = _token_ring_config(args, config)
+    try:
+        config = _config(args)
+        mode = config.resolved_mode()
+    except epto.ConfigurationError as exc:
+        raise SystemExit(f"epto node: {exc}") from None
+    if mode == "token-ring" and args.transport != "trio":
+        raise SystemExit("epto node: the token ring runs on --transport trio (TCP)")
     out: TextIO = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
     sink = _Sink(args, out)
     try:
         if args.transport == "trio":
             import trio
 
-            trio.run(_run_trio, args, config, sink, mode)
-        else:
-            _run_zmq(args, config, sink)
+            return trio.run(_run_trio, args, config, sink)
+        _run_zmq(args, config, sink)
     finally:
         sink.close()
         if out is not sys.stdout:
@@ -230,17 +284,29 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _run_trio(args: argparse.Namespace, config: Any, sink: _Sink, mode: str) -> None:
+async def _run_trio(args: argparse.Namespace, config: Any, sink: _Sink) -> int:
     import trio
 
-    if mode == "token-ring":
-        TrioNode = _transport("epto.transports.trio_tcp").TokenRingNode
-    else:
-        TrioNode = _transport("epto.transports.trio_udp").TrioNode
+    module = _transport("epto.transports.trio_node")
+    MemberExcludedError = _transport("epto.transports.trio_tcp").MemberExcludedError
 
     stdin_done = trio.Event()
-    async with TrioNode(config) as node, trio.open_nursery() as nursery:
+    excluded = False
+    deadline = trio.current_time() + (args.duration if args.duration is not None else math.inf)
+    async with module.open_node(config) as node, trio.open_nursery() as nursery:
         print(f"ready {args.id} {node.address}", file=sys.stderr, flush=True)
+        if args.status:
+            nursery.start_soon(_write_status, node, args.status, args.status_interval)
+        if config.contacts:
+            # A joining member may broadcast once the group has admitted it.
+            with trio.move_on_at(deadline):
+                while node.statistics().role == "joining":
+                    await trio.sleep(0.01)
+            if node.statistics().role not in ("core", "external"):
+                print(f"epto node: {args.id} not admitted", file=sys.stderr, flush=True)
+                nursery.cancel_scope.cancel()
+                return 1
+            print(f"joined {args.id}", file=sys.stderr, flush=True)
         for text in args.broadcast:
             node.broadcast(text.encode())
 
@@ -263,17 +329,66 @@ async def _run_trio(args: argparse.Namespace, config: Any, sink: _Sink, mode: st
 
             nursery.start_soon(stop_at_eof)
         count = 0
-        with trio.move_on_after(args.duration if args.duration is not None else math.inf):
-            async for delivery in node:
-                sink.write(delivery)
-                count += 1
-                if args.expect is not None and count >= args.expect:
-                    break
-        if mode == "token-ring":
+        with trio.move_on_at(deadline):
+            try:
+                async for delivery in node:
+                    sink.write(delivery)
+                    count += 1
+                    if args.expect is not None and count >= args.expect:
+                        break
+            except MemberExcludedError as exc:
+                print(f"excluded {args.id}: {exc}", file=sys.stderr, flush=True)
+                excluded = True
+        if node.mode == "token-ring" and not excluded:
             # The others may still wait for this member's order notices and
             # acknowledgements; leaving at once would look like a crash.
             await trio.sleep(args.linger)
         nursery.cancel_scope.cancel()
+    return EXIT_EXCLUDED if excluded else 0
+
+
+def _status(node: Any) -> dict[str, Any]:
+    stats = node.statistics()
+    status: dict[str, Any] = {
+        "pid": node.pid,
+        "mode": node.mode,
+        "address": node.address,
+        "broadcasts": stats.broadcasts,
+        "delivered": stats.delivered,
+    }
+    if node.mode == "token-ring":
+        status.update(
+            role=stats.role,
+            holds_token=stats.holds_token,
+            view=stats.view,
+            instance=stats.instance,
+            core=list(stats.core),
+            members=list(stats.members),
+        )
+    return status
+
+
+async def _write_status(node: Any, path: str, interval: float) -> None:
+    """Rewrite ``path`` (atomically: a temporary file renamed over it) with the
+    node's status whenever it changes. ``updated`` is the wall time of the
+    write; ``token_since`` the wall time at which this member was first seen
+    holding the token it holds (null when it holds none)."""
+    import trio
+
+    last: dict[str, Any] | None = None
+    token_since: float | None = None
+    tmp = f"{path}.tmp"
+    while True:
+        status = _status(node)
+        holds = bool(status.get("holds_token"))
+        token_since = (token_since or time.time()) if holds else None
+        if status != last:
+            last = status
+            line = json.dumps({**status, "token_since": token_since, "updated": time.time()})
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(line + "\n")
+            os.replace(tmp, path)
+        await trio.sleep(interval)
 
 
 def _run_zmq(args: argparse.Namespace, config: Any, sink: _Sink) -> None:

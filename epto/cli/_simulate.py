@@ -19,7 +19,7 @@ def _positive_int(text: str) -> int:
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "simulate",
-        help="simulate an EpTO group in virtual time and check what it delivered",
+        help="simulate an EpTO group (or a token ring) in virtual time and check what it delivered",
         description=(
             "Run an EpTO group in the seeded virtual-time network (EpTO paper, section 6: "
             "rounds of 125 ticks, 1%% drift, PlanetLab latencies), then check integrity, "
@@ -97,6 +97,27 @@ def register(sub: Any) -> None:
     )
     churn.add_argument(
         "--churn-count", type=float, default=None, help="processes replaced every round"
+    )
+    n.add_argument(
+        "--partition",
+        type=float,
+        default=0.0,
+        metavar="FRACTION",
+        help="cut this fraction of the initial processes (drawn at random) off from the "
+        "others for --partition-rounds (default 0: no partition)",
+    )
+    n.add_argument(
+        "--partition-start",
+        type=float,
+        default=None,
+        metavar="ROUND",
+        help="when the partition starts, in rounds (default: a quarter of --rounds)",
+    )
+    n.add_argument(
+        "--partition-rounds",
+        type=float,
+        default=None,
+        help="how long the partition lasts, in rounds (default: half of --rounds)",
     )
     n.add_argument(
         "--quantum",
@@ -199,9 +220,17 @@ def run(args: argparse.Namespace) -> int:
             pss_warmup=args.pss_warmup,
             pss_seeds=args.pss_seeds,
             stop_when_complete=not args.run_to_quiescence,
+            mode=args.mode,
+            k=args.k,
+            partition=args.partition,
+            partition_start=args.partition_start,
+            partition_rounds=args.partition_rounds,
         )
         spec.validate()
-        spec.config(spec.latency_model())
+        if spec.mode == "epto":
+            spec.config(spec.latency_model())
+        else:
+            spec.tokenring_config(spec.latency_model())
     except ConfigurationError as exc:
         print(f"epto simulate: {exc}", file=sys.stderr)
         return 2
@@ -221,29 +250,12 @@ def run(args: argparse.Namespace) -> int:
             bar.total = expected
         bar.update(done - bar.n)
 
-    if args.mode == "token-ring" and args.log_dir is not None:
-        print("epto simulate: --log-dir is not supported with --mode token-ring", file=sys.stderr)
-        return 2
-
     from epto.log import SimulationLogger
 
     logger = None if args.log_dir is None else SimulationLogger(args.log_dir, flush_every=256)
     try:
-        if args.mode == "token-ring":
-            import time
-
-            from epto.tokenring._simrun import run_token_ring
-
-            result = run_token_ring(
-                spec,
-                spec.latency_model(),
-                k=args.k,
-                progress=progress,
-                wall_clock=time.perf_counter,
-            )
-        else:
-            observers = [logger] if logger is not None else []
-            result = run_simulation(spec, progress=progress, observers=observers)
+        observers = [logger] if logger is not None else []
+        result = run_simulation(spec, progress=progress, observers=observers)
     finally:
         bar.close()
         if logger is not None:
@@ -265,11 +277,23 @@ def _print_summary(s: dict[str, Any], check_summary: str) -> None:
     def fmt(v: float | None) -> str:
         return "-" if v is None else f"{v:.0f}"
 
-    print(
-        f"{s['processes']} processes ({s['processes_total']} over the run), "
-        f"fanout {p['fanout']}, TTL {p['ttl']}, {p['clock']} clock, {p['ordering']} ordering, "
-        f"latency {p['latency']}, loss {p['loss']:g}, churn {p['churn']:g}/round, seed {p['seed']}"
+    ring = p.get("mode") == "token-ring"
+    engine = (
+        f"token ring, k {p['k']}"
+        if ring
+        else f"fanout {p['fanout']}, TTL {p['ttl']}, {p['clock']} clock, {p['ordering']} ordering"
     )
+    print(
+        f"{s['processes']} processes ({s['processes_total']} over the run), {engine}, "
+        f"latency {p['latency']}, loss {p['loss']:g}, churn {p['churn']:g}/round, seed {p['seed']}"
+        + (f", partition {p['partition']:g}" if p.get("partition") else "")
+    )
+    if ring:
+        print(
+            f"view changes: {p['view_changes']} full, {p['iview_changes']} light; "
+            f"{p['members_at_end']} members at the end ({p['core_at_end']} in the token list), "
+            f"{p['excluded']} excluded"
+        )
     if p.get("pss") == "cyclon":
         net = s["network"]
         print(
@@ -295,7 +319,8 @@ def _print_summary(s: dict[str, Any], check_summary: str) -> None:
         f"p99 {fmt(d['p99'])}, max {fmt(d['max'])}"
     )
     print(
-        f"entries processed: {s['entries_processed']}, balls sent: {s['network']['sent']}, "
+        f"entries processed: {s['entries_processed']}, "
+        f"{'messages' if ring else 'balls'} sent: {s['network']['sent']}, "
         f"virtual time {s['virtual_time']:.0f} ticks ({s['rounds_run']:.0f} rounds"
         f"{', stopped at the round limit' if s['settled'] == 'round-limit' else ''}), "
         f"wall {s['wall_seconds']:.1f} s"
@@ -310,16 +335,17 @@ def _plot(delays: Any, path: Path, summary: dict[str, Any]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    p = summary["parameters"]
     fig, ax = plt.subplots(figsize=(6, 4))
+    engine = (
+        f"token ring, k={p['k']}"
+        if p.get("mode") == "token-ring"
+        else f"{p['clock']} clock, K={p['fanout']}, TTL={p['ttl']}"
+    )
     if delays:
         n = len(delays)
         ax.step(delays, [(i + 1) / n for i in range(n)], where="post")
-    p = summary["parameters"]
-    ax.set_title(
-        f"EpTO delivery delay: n={summary['processes']}, {p['clock']} clock, "
-        f"K={p['fanout']}, TTL={p['ttl']}",
-        fontsize=9,
-    )
+    ax.set_title(f"Delivery delay: n={summary['processes']}, {engine}", fontsize=9)
     ax.set_xlabel("delivery delay (ticks)")
     ax.set_ylabel("fraction of deliveries")
     ax.set_ylim(0, 1.02)

@@ -213,6 +213,7 @@ def install(p: TokenRingProcess, config: RingConfig, now: float) -> None:
     event = install_input(config, p.pid)
     was_joining = p.role is Role.JOINING
     if was_joining and event is Input.INSTALL_NOT_MEMBER:
+        p._learn_view(config)
         return
     role = transition(p.role, event)
     if role is Role.EXCLUDED:

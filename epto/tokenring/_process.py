@@ -107,6 +107,8 @@ class TokenRingProcess:
         """(the token's counter of our messages, when it last moved)."""
         self._joiners: dict[ProcessId, float] = {}
         self._contacts = tuple(contacts)
+        self._initial_contacts = self._contacts
+        self._view_hint = -1
         self._token: TokenState | None = None
         self._pending: tuple[ProcessId, TokenState] | None = None
         self._passed: tuple[ProcessId, TokenState, float] | None = None
@@ -353,6 +355,22 @@ class TokenRingProcess:
     def _on_join(self, sender: ProcessId, msg: Join, now: float) -> None:
         if self.role in (Role.CORE, Role.EXTERNAL) and sender not in self.config.members:
             self._joiners.setdefault(sender, now)
+            # Tell the newcomer who the members are: it then asks every one of
+            # them, the coordinator included, instead of waiting for a contact
+            # far down the view order to time out into proposing.
+            self._rate_limited(sender, Decided(config=self.config), now)
+
+    def _learn_view(self, config: RingConfig) -> None:
+        """A joining process heard of the view ``config`` (without it): send
+        the join to its members from now on, and at once to the new ones."""
+        if config.instance <= self._view_hint:
+            return
+        self._view_hint = config.instance
+        known = set(self._contacts)
+        self._contacts = tuple(dict.fromkeys((*self._initial_contacts, *config.members)))
+        for member in config.members:
+            if member not in known and member != self.pid:
+                self._send(member, Join())
 
     def _on_decided(self, sender: ProcessId, msg: Decided, now: float) -> None:
         self._install(msg.config, now)

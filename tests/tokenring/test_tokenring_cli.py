@@ -28,6 +28,23 @@ def test_token_ring_summary_has_the_epto_keys(tmp_path: Path) -> None:
     assert ring["order_violations"] == ring["integrity_violations"] == ring["holes"] == 0
     params = ring["parameters"]
     assert isinstance(params, dict) and params["mode"] == "token-ring" and params["k"] == 3
+    assert set(params) >= set(epto["parameters"])  # type: ignore[arg-type]
+    assert {"view_changes", "iview_changes", "excluded", "members_at_end"} <= set(params)
+
+
+def test_token_ring_with_planetlab_partition_churn_and_loss(tmp_path: Path) -> None:
+    options = ["--loss", "0.0005", "--churn-count", "0.1", "--partition", "0.4"]
+    options += ["--partition-start", "4", "--partition-rounds", "8"]
+    epto = _run(tmp_path, "epto", *options)
+    ring = _run(tmp_path, "token-ring", *options)
+    assert set(ring) == set(epto)
+    assert ring["order_violations"] == ring["integrity_violations"] == ring["holes"] == 0
+    assert ring["settled"] == "complete"
+    network = ring["network"]
+    assert isinstance(network, dict) and network["cut"] > 0
+    params = ring["parameters"]
+    assert isinstance(params, dict) and params["latency"] == "planetlab"
+    assert params["partition"] == 0.4 and params["iview_changes"] >= 1
 
 
 def test_token_ring_with_loss_churn_and_k(tmp_path: Path) -> None:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import statistics
 
 import pytest
+from epto.transports.virtual import TokenRingCluster
 from tokenring_scenarios import agreement_violations, random_run, staying_report
 
 from epto.check import check
 from epto.tokenring import Role, TokenRingConfig
-from epto.tokenring.simulation import TokenRingCluster
 
 
 def _steady(cluster: TokenRingCluster, senders: list[int], start: float, end: float, rate: float):
@@ -18,7 +18,7 @@ def _steady(cluster: TokenRingCluster, senders: list[int], start: float, end: fl
     i = 0
     while t < end:
         s = senders[i % len(senders)]
-        cluster.at(t, lambda s=s, i=i: cluster.broadcast(s, b"m%d" % i))
+        cluster.broadcast_at(t, s, b"m%d" % i)
         i += 1
         t += 1.0 / rate
 
@@ -28,7 +28,7 @@ def test_fault_free_group_delivers_everything_in_one_order() -> None:
     _steady(cluster, [0, 1, 2, 3, 4], 0.05, 2.0, 50)
     cluster.run_until(3.0)
     sequences = list(cluster.delivered.values())
-    assert len(sequences[0]) == len(cluster.broadcast_at) > 90
+    assert len(sequences[0]) == len(cluster.broadcast_times) > 90
     assert all(s == sequences[0] for s in sequences)
     assert check(cluster.delivered).ok
     stats = cluster.procs[0].statistics()
@@ -73,7 +73,7 @@ def test_holder_crash_regenerates_token_and_delivery_resumes() -> None:
     cluster.run_until(12.0)
     survivors = [p for p in cluster.procs if p not in crashed]
     assert agreement_violations(cluster) == []
-    late = [e for e, t in cluster.broadcast_at.items() if t > 2.0 and e[0] in survivors]
+    late = [e for e, t in cluster.broadcast_times.items() if t > 2.0 and e[0] in survivors]
     for p in survivors:
         assert set(late) <= set(cluster.delivered[p])
         stats = cluster.procs[p].statistics()
@@ -118,7 +118,7 @@ def test_flapping_member_moves_to_external_and_back_without_full_view_change() -
         assert 4 in stats.members
     assert agreement_violations(cluster) == []
     assert all(cluster.delivered[p] == cluster.delivered[0] for p in cluster.procs)
-    assert len(cluster.delivered[0]) == len(cluster.broadcast_at)
+    assert len(cluster.delivered[0]) == len(cluster.broadcast_times)
 
 
 def test_flapping_member_does_not_block_the_others() -> None:
@@ -137,10 +137,9 @@ def test_partition_majority_side_progresses_minority_is_excluded_and_rejoins() -
     cfg = TokenRingConfig(exclude_timeout=2.0)
     cluster = TokenRingCluster(5, cfg, seed=7)
     _steady(cluster, [0, 1, 2, 3, 4], 0.05, 6.0, 30)
-    cluster.at(1.0, lambda: cluster.partition([0, 1], [2, 3, 4]))
-    cluster.at(5.0, cluster.heal)
+    cluster.partition([[0, 1], [2, 3, 4]], start=1.0, end=5.0)
     cluster.run_until(5.0)
-    during = [e for e, t in cluster.broadcast_at.items() if 1.5 < t < 3.5]
+    during = [e for e, t in cluster.broadcast_times.items() if 1.5 < t < 3.5]
     majority_during = [e for e in during if e[0] in (2, 3, 4)]
     minority_during = [e for e in during if e[0] in (0, 1)]
     for p in (2, 3, 4):
@@ -198,4 +197,4 @@ def test_member_too_far_behind_leaves_and_others_continue() -> None:
     assert cluster.procs[4].role is Role.EXCLUDED
     assert cluster.procs[0].statistics().full_changes == 0  # no one excluded it
     assert agreement_violations(cluster) == []
-    assert len(cluster.delivered[0]) == len(cluster.broadcast_at)
+    assert len(cluster.delivered[0]) == len(cluster.broadcast_times)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import random
 
+from epto.transports.virtual import TokenRingCluster
+
 from epto.check import CheckReport, check
 from epto.tokenring import TokenRingConfig
-from epto.tokenring.simulation import TokenRingCluster
 
 
 def random_run(
@@ -21,7 +22,7 @@ def random_run(
     t = 0.05
     while t < duration - 3.0:
         sender = rng.randrange(n)
-        cluster.at(t, lambda s=sender, i=count: cluster.broadcast(s, b"m%d" % i))
+        cluster.broadcast_at(t, sender, b"m%d" % count)
         count += 1
         t += rng.expovariate(40.0)
     faults = rng.sample(["crash-holder", "flap", "partition", "breaks", "join", "crash"], k=3)
@@ -52,8 +53,8 @@ def random_run(
         rng.shuffle(members)
         cut = rng.randrange(1, n)
         start = rng.uniform(0.5, 3.0)
-        cluster.at(start, lambda: cluster.partition(members[:cut], members[cut:]))
-        cluster.at(start + rng.uniform(0.2, 6.0), cluster.heal)
+        end = start + rng.uniform(0.2, 6.0)
+        cluster.partition([members[:cut], members[cut:]], start=start, end=end)
     if "breaks" in faults:
         for _ in range(rng.randrange(3, 15)):
             a, b = rng.sample(range(n), 2)

@@ -1,0 +1,90 @@
+"""The harness that tests and the command line share: a :class:`Simulation`
+with a :class:`DeliveryRecorder` attached, and the checker over it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from epto import Config, Delivery, DeliveryTag, EventId, ProcessId
+from epto.check import CheckReport, check
+from epto.tokenring import TokenRingConfig
+
+from ._virtual import Simulation, SimulationObserver
+
+
+class DeliveryRecorder(SimulationObserver):
+    """Records every delivery: per process, the event ids in delivery order,
+    and the delay of each in-order delivery since its broadcast."""
+
+    def __init__(self, simulation: Simulation) -> None:
+        self._broadcasts = simulation.broadcasts
+        self.sequences: dict[ProcessId, list[EventId]] = {}
+        self.out_of_order: dict[ProcessId, list[EventId]] = {}
+        self.delays: list[float] = []
+        """Delivery time minus broadcast time, one per in-order delivery."""
+        self.times: dict[ProcessId, list[float]] = {}
+        for pid in simulation.processes:
+            self.on_join(pid, simulation.now)
+
+    def on_join(self, pid: ProcessId, now: float) -> None:
+        self.sequences.setdefault(pid, [])
+        self.times.setdefault(pid, [])
+
+    def on_delivery(self, pid: ProcessId, delivery: Delivery, now: float) -> None:
+        event = delivery.event
+        eid = (event.source, event.seq)
+        if delivery.tag is DeliveryTag.OUT_OF_ORDER:
+            self.out_of_order.setdefault(pid, []).append(eid)
+            return
+        self.sequences[pid].append(eid)
+        self.times[pid].append(now)
+        sent = self._broadcasts.get(eid)
+        if sent is not None:
+            self.delays.append(now - sent[1])
+
+
+class Cluster(Simulation):
+    """A :class:`Simulation` of ``n`` processes with a :class:`DeliveryRecorder`
+    attached: the harness that tests and the command line share.
+
+    ``config`` defaults to :meth:`epto.Config.for_group` for ``n``; a
+    :class:`epto.tokenring.TokenRingConfig` makes the ``n`` processes the
+    bootstrap members of a token ring. Processes are numbered ``0 .. n-1``;
+    ``phases`` fixes their first rounds (EpTO).
+    """
+
+    def __init__(
+        self,
+        n: int,
+        *,
+        seed: int = 0,
+        config: Config | TokenRingConfig | None = None,
+        phases: Mapping[ProcessId, float] | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(
+            config if config is not None else Config.for_group(n), seed=seed, **options
+        )
+        self.recorder = DeliveryRecorder(self)
+        self.add_observer(self.recorder)
+        if isinstance(self.config, TokenRingConfig):
+            self.add_processes(n)
+            return
+        for pid in range(n):
+            self.add_process(pid, phase=None if phases is None else phases.get(pid))
+
+    def run_until_quiescent(self, max_rounds: float = 10_000) -> bool:
+        """Run round by round until :meth:`quiescent`; False if ``max_rounds``
+        passed first."""
+        limit = self.now + max_rounds * self.round_interval
+        while not self.quiescent():
+            if self.now >= limit:
+                return False
+            self.run_rounds(1)
+        return True
+
+    def check(self, *, expected: Callable[[ProcessId, EventId], bool] | None = None) -> CheckReport:
+        """:func:`epto.check.check` over every process that ever ran, with the
+        set of broadcast events (so a never-broadcast delivery is caught)."""
+        return check(self.recorder.sequences, broadcast=self.broadcasts, expected=expected)

@@ -1,0 +1,291 @@
+"""The network model of the virtual-time network: latency, loss, partitions
+and links, for the two kinds of traffic the simulated processes produce.
+
+* **Datagrams** (EpTO balls and Cyclon messages): every copy independently
+  takes the latency model's time and is dropped with probability ``loss``.
+  Copies of a ball are never copied: receivers share the ball.
+* **Reliable FIFO links** (the token ring's TCP connections): a message never
+  overtakes an earlier one on the same directed link (its arrival is
+  ``max(now + latency, last arrival on that link)``). Loss is what TCP shows
+  of it: with probability ``loss`` a send *breaks* the link (both directions)
+  for ``break_duration``; the message, everything in flight on the link and
+  everything sent while it is down are lost, and the link then reconnects.
+  :meth:`VirtualNetwork.disconnect` breaks every link of a process until
+  :meth:`VirtualNetwork.reconnect`.
+
+For both, a partition drops what is sent across it and what *arrives*
+across it while it lasts.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections.abc import Collection, Iterable
+from typing import Any
+
+import attrs
+
+from epto import Ball, ConfigurationError, LocalProtocolError, ProcessId
+
+from ._calendar import ARRIVE, ARRIVE_MANY, LINK, PEER, CalendarQueue
+from ._latency import ConstantLatency, LatencyModel
+
+Sides = dict[ProcessId, int]
+"""A partition: process -> side (processes not listed are on side -1)."""
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class NetworkStatistics:
+    """What the network did with the messages handed to it (EpTO balls, or
+    token-ring messages on links)."""
+
+    sent: int
+    """Ball copies (token-ring messages) handed to the network (one per destination)."""
+    arrived: int
+    """Copies handed to a live process's ``receive``."""
+    lost: int
+    """Copies dropped by the loss model (for links: by a broken link)."""
+    cut: int
+    """Copies dropped because a partition separated sender and receiver."""
+    to_departed: int
+    """Copies that arrived after their destination had left."""
+    in_flight: int
+    peer_messages_sent: int = 0
+    """Peer sampling (Cyclon) messages handed to the network."""
+    peer_messages_arrived: int = 0
+    """Peer sampling messages handed to a live process."""
+
+
+class VirtualNetwork(CalendarQueue):
+    """Latency, loss and partitions over the calendar queue."""
+
+    def __init__(
+        self,
+        *,
+        seed: int,
+        latency: LatencyModel | None,
+        loss: float,
+        quantum: float | None,
+        break_duration: float | None = None,
+    ) -> None:
+        super().__init__(quantum)
+        if not (isinstance(loss, int | float) and 0 <= loss < 1):
+            raise ConfigurationError(f"loss must be in [0, 1), got {loss!r}")
+        self.latency: LatencyModel = latency if latency is not None else ConstantLatency(0.0)
+        self.loss = float(loss)
+        if break_duration is None:
+            break_duration = self.latency.maximum
+        if not (isinstance(break_duration, int | float) and 0 <= break_duration < math.inf):
+            raise ConfigurationError(
+                f"break_duration must be a non-negative number, got {break_duration!r}"
+            )
+        self.break_duration = float(break_duration)
+        """Links: how long a link broken by the loss model stays down."""
+        self._net_rng = random.Random(f"epto-sim/{seed}/network")
+        self._links: dict[tuple[ProcessId, ProcessId], float] = {}
+        self._partitions: list[Sides] = []
+        self._sent = self._arrived = self._lost = self._cut = self._to_departed = 0
+        self._in_flight = 0
+        self._peer_sent = self._peer_arrived = 0
+        self._constant = isinstance(self.latency, ConstantLatency)
+        # Reliable FIFO links: last arrival per directed link, link epochs
+        # (a break bumps them: what is in flight is lost), links down.
+        self._last_arrival: dict[tuple[ProcessId, ProcessId], float] = {}
+        self._epochs: dict[tuple[ProcessId, ProcessId], int] = {}
+        self._process_epochs: dict[ProcessId, int] = {}
+        self._broken: set[tuple[ProcessId, ProcessId]] = set()
+        self._disconnected: dict[ProcessId, Sides] = {}
+
+    # -- latency and partitions ----------------------------------------------
+
+    def set_link_latency(self, src: ProcessId, dst: ProcessId, latency: float | None) -> None:
+        """Fix the latency of every message from ``src`` to ``dst`` (``None``
+        returns the link to the latency model)."""
+        if latency is None:
+            self._links.pop((src, dst), None)
+        else:
+            if not (math.isfinite(latency) and latency >= 0):
+                raise ConfigurationError(f"latency must be non-negative, got {latency!r}")
+            self._links[(src, dst)] = float(latency)
+        self._constant = isinstance(self.latency, ConstantLatency) and not self._links
+
+    def partition(
+        self, groups: Iterable[Collection[ProcessId]], *, start: float, end: float
+    ) -> None:
+        """From ``start`` to ``end``, processes of different groups cannot reach
+        each other; processes in no group (including later joiners) form one
+        more group together. Copies arriving across the cut are dropped."""
+        sides = _sides(groups)
+        self.call_at(start, lambda: self._partitions.append(sides))
+        self.call_at(end, lambda: self.heal(sides))
+
+    def split(self, groups: Iterable[Collection[ProcessId]]) -> Sides:
+        """Partition the processes now, until :meth:`heal` of what this returns."""
+        sides = _sides(groups)
+        self._partitions.append(sides)
+        return sides
+
+    def heal(self, sides: Sides | None = None) -> None:
+        """End the partition ``sides`` (every partition when ``None``)."""
+        if sides is None:
+            kept = [id(d) for d in self._disconnected.values()]
+            self._partitions = [p for p in self._partitions if id(p) in kept]
+        else:
+            self._partitions = [p for p in self._partitions if p is not sides]
+
+    def _separated(self, a: ProcessId, b: ProcessId) -> bool:
+        return any(p.get(a, -1) != p.get(b, -1) for p in self._partitions)
+
+    def disconnect(self, pid: ProcessId) -> None:
+        """Cut ``pid`` off from everyone until :meth:`reconnect`; its links break
+        (what is in flight on them is lost)."""
+        if pid not in self._disconnected:
+            self._disconnected[pid] = self.split([[pid]])
+        self._process_epochs[pid] = self._process_epochs.get(pid, 0) + 1
+
+    def reconnect(self, pid: ProcessId) -> None:
+        sides = self._disconnected.pop(pid, None)
+        if sides is not None:
+            self.heal(sides)
+
+    def break_link(self, a: ProcessId, b: ProcessId, duration: float) -> None:
+        """Break both directions of the link between ``a`` and ``b`` for
+        ``duration``: what is in flight on it and what is sent meanwhile is lost.
+        (Links only: datagrams are not affected.)"""
+        epochs = self._epochs
+        broken = self._broken
+        for link in ((a, b), (b, a)):
+            epochs[link] = epochs.get(link, 0) + 1
+            broken.add(link)
+        mark = (epochs[(a, b)], epochs[(b, a)])
+
+        def repair() -> None:
+            # A later break of the same link keeps it down for its own duration.
+            if (epochs[(a, b)], epochs[(b, a)]) == mark:
+                broken.discard((a, b))
+                broken.discard((b, a))
+
+        self.call_at(self.now + duration, repair)
+
+    # -- datagrams ------------------------------------------------------------
+
+    def _send_peer(self, src: ProcessId, dest: ProcessId, message: object, now: float) -> None:
+        self._peer_sent += 1
+        rng = self._net_rng
+        if self.loss and rng.random() < self.loss:
+            return
+        lat = self._links.get((src, dest)) if self._links else None
+        if lat is None:
+            lat = self.latency.sample(src, dest, rng)
+        self._push(now + lat, (PEER, dest, src, message))
+
+    def _send_balls(self, src: ProcessId, out: list[tuple[ProcessId, Ball]], now: float) -> None:
+        loss = self.loss
+        rng = self._net_rng
+        buckets = self._buckets
+        times = self._times
+        quantum = self.quantum
+        self._sent += len(out)
+        if self._constant:
+            # One queue item per ball: every copy arrives at the same time.
+            groups: dict[int, tuple[Ball, list[ProcessId]]] = {}
+            for dest, ball in out:
+                if loss and rng.random() < loss:
+                    self._lost += 1
+                    continue
+                entry = groups.get(id(ball))
+                if entry is None:
+                    groups[id(ball)] = (ball, [dest])
+                else:
+                    entry[1].append(dest)
+            for ball, dests in groups.values():
+                self._in_flight += len(dests)
+                self._push(now + self.latency.maximum, (ARRIVE_MANY, dests, src, ball))
+            return
+        links = self._links
+        sample = self.latency.sample
+        ceil = math.ceil
+        for dest, ball in out:
+            if loss and rng.random() < loss:
+                self._lost += 1
+                continue
+            lat = links.get((src, dest)) if links else None
+            if lat is None:
+                lat = sample(src, dest, rng)
+            self._in_flight += 1
+            at = now + lat
+            if quantum is not None:
+                at = ceil(at / quantum) * quantum
+            item = (ARRIVE, dest, src, ball)
+            bucket = buckets.get(at)
+            if bucket is None:
+                buckets[at] = [item]
+                heapq.heappush(times, at)
+            else:
+                bucket.append(item)
+
+    # -- reliable FIFO links --------------------------------------------------
+
+    def _link_epoch(self, src: ProcessId, dest: ProcessId) -> tuple[int, int, int]:
+        pe = self._process_epochs
+        return (self._epochs.get((src, dest), 0), pe.get(src, 0), pe.get(dest, 0))
+
+    def _send_links(self, src: ProcessId, out: Iterable[tuple[ProcessId, Any]], now: float) -> None:
+        rng = self._net_rng
+        loss = self.loss
+        last = self._last_arrival
+        for dest, message in out:
+            self._sent += 1
+            link = (src, dest)
+            if self._partitions and self._separated(src, dest):
+                self._cut += 1
+                continue
+            if link in self._broken:
+                self._lost += 1
+                continue
+            if loss and rng.random() < loss:
+                self._lost += 1
+                self.break_link(src, dest, self.break_duration)
+                continue
+            lat = self._links.get(link) if self._links else None
+            if lat is None:
+                lat = self.latency.sample(src, dest, rng)
+            at = max(now + lat, last.get(link, 0.0))
+            last[link] = at
+            self._in_flight += 1
+            self._push(at, (LINK, dest, src, (message, self._link_epoch(src, dest))))
+
+    def _link_up(self, src: ProcessId, dest: ProcessId, epoch: tuple[int, int, int]) -> bool:
+        """Whether a message sent on ``src -> dest`` in ``epoch`` may arrive now;
+        counts it as lost or cut if not."""
+        if self._partitions and self._separated(src, dest):
+            self._cut += 1
+            return False
+        if self._link_epoch(src, dest) != epoch:
+            self._lost += 1
+            return False
+        return True
+
+    def network_statistics(self) -> NetworkStatistics:
+        return NetworkStatistics(
+            sent=self._sent,
+            arrived=self._arrived,
+            lost=self._lost,
+            cut=self._cut,
+            to_departed=self._to_departed,
+            in_flight=self._in_flight,
+            peer_messages_sent=self._peer_sent,
+            peer_messages_arrived=self._peer_arrived,
+        )
+
+
+def _sides(groups: Iterable[Collection[ProcessId]]) -> Sides:
+    sides: Sides = {}
+    for i, group in enumerate(groups):
+        for pid in group:
+            if pid in sides:
+                raise LocalProtocolError(f"process {pid} is in two groups of a partition")
+            sides[pid] = i
+    return sides
