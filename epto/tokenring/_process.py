@@ -20,7 +20,7 @@ import attrs
 
 from .._errors import LocalProtocolError
 from .._event import Delivery, Event, EventId, ProcessId
-from . import _change, _datapath, _tokenpath
+from . import _change, _datapath, _stats, _tokenpath
 from . import _sequencer as seqr
 from ._config import TokenRingConfig
 from ._consensus import Acceptor, Proposer
@@ -46,29 +46,10 @@ from ._messages import (
     TokenAck,
     TokenState,
 )
+from ._stats import TokenRingStatistics as TokenRingStatistics
 from ._viewchange import bootstrap
 
 DELIVER_CHUNK = _datapath.DELIVER_CHUNK
-
-
-@attrs.frozen(kw_only=True, slots=True)
-class TokenRingStatistics:
-    role: str
-    instance: int
-    view: int
-    core: tuple[ProcessId, ...]
-    members: tuple[ProcessId, ...]
-    broadcasts: int
-    delivered: int
-    next_deliver: int
-    stable: int
-    tokens_accepted: int
-    light_changes: int
-    full_changes: int
-    proposals: int
-    fetches: int
-    messages_sent: int
-    messages_received: int
 
 
 class TokenRingProcess:
@@ -262,25 +243,7 @@ class TokenRingProcess:
         return self._token is not None
 
     def statistics(self) -> TokenRingStatistics:
-        c = self._counts
-        return TokenRingStatistics(
-            role=self.role.value,
-            instance=self.config.instance,
-            view=self.config.view,
-            core=self.config.core,
-            members=self.config.members,
-            broadcasts=c["broadcasts"],
-            delivered=self._book.delivered_count,
-            next_deliver=self._book.next_deliver,
-            stable=self._book.stable,
-            tokens_accepted=c["tokens"],
-            light_changes=c["light"],
-            full_changes=c["full"],
-            proposals=c["proposals"],
-            fetches=c["fetches"],
-            messages_sent=c["sent"],
-            messages_received=c["received"],
-        )
+        return _stats.statistics_of(self)
 
     def memory_sizes(self) -> dict[str, int]:
         sizes = self._book.sizes()

@@ -1,0 +1,54 @@
+"""The counters a token-ring process reports (:meth:`TokenRingProcess.statistics`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+
+from .._event import ProcessId
+
+if TYPE_CHECKING:
+    from ._process import TokenRingProcess
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class TokenRingStatistics:
+    role: str
+    instance: int
+    view: int
+    core: tuple[ProcessId, ...]
+    members: tuple[ProcessId, ...]
+    broadcasts: int
+    delivered: int
+    next_deliver: int
+    stable: int
+    tokens_accepted: int
+    light_changes: int
+    full_changes: int
+    proposals: int
+    fetches: int
+    messages_sent: int
+    messages_received: int
+
+
+def statistics_of(p: TokenRingProcess) -> TokenRingStatistics:
+    c = p._counts
+    return TokenRingStatistics(
+        role=p.role.value,
+        instance=p.config.instance,
+        view=p.config.view,
+        core=p.config.core,
+        members=p.config.members,
+        broadcasts=c["broadcasts"],
+        delivered=p._book.delivered_count,
+        next_deliver=p._book.next_deliver,
+        stable=p._book.stable,
+        tokens_accepted=c["tokens"],
+        light_changes=c["light"],
+        full_changes=c["full"],
+        proposals=c["proposals"],
+        fetches=c["fetches"],
+        messages_sent=c["sent"],
+        messages_received=c["received"],
+    )
