@@ -1,16 +1,21 @@
 """The outgoing TCP streams of a token-ring node, one per peer.
 
-A peer's frames go through a bounded queue to a task that owns the stream to
-that peer: it connects on demand (at most one attempt per
-``reconnect_interval``), starts every new stream with this node's address book
-(the hello), and writes the frames in the order queued. A broken or absent
-stream loses what was queued for the peer; the protocol repairs such losses.
+A peer's stream is owned by a task: it connects on demand (at most one
+attempt per ``reconnect_interval``), starts every new stream with this node's
+address book (the hello), and writes what is queued for the peer, in order.
+While the stream is up and nothing waits in the queue, :meth:`PeerLinks.send`
+writes the frames at once, without waking the task (a non-blocking send into
+the kernel's socket buffer); what the buffer does not take is queued behind,
+for the task. A broken or absent stream loses what was queued for the peer;
+the protocol repairs such losses.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import socket
+from collections import deque
 from collections.abc import Callable
 
 import trio
@@ -23,9 +28,29 @@ from ._tcp_framing import pack_frames
 
 __all__ = ["PeerLinks", "close_quietly"]
 
+_BROKEN = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+
+class _Link:
+    """The state of the stream to one peer."""
+
+    __slots__ = ("busy", "frames", "lot", "queue", "raw", "stream")
+
+    def __init__(self) -> None:
+        self.stream: trio.SocketStream | None = None
+        self.raw: socket.socket | None = None
+        """A duplicate of the stream's descriptor, for sends that never wait."""
+        self.queue: deque[tuple[bytes, int]] = deque()
+        """Bytes to write in order, each with the number of frames it completes."""
+        self.frames = 0
+        """Frames in ``queue``."""
+        self.busy = False
+        """The task is connecting or writing: new frames go behind the queue."""
+        self.lot = trio.lowlevel.ParkingLot()
+
 
 class PeerLinks:
-    """The senders of one node: ``queue_for(dest)`` and the tasks behind it.
+    """The senders of one node: :meth:`send` and the tasks behind it.
 
     ``addresses`` is the node's live address table, ``counts`` its transport
     counters (``sent``, ``dropped``, ``connects``, ``connect_failures``),
@@ -46,82 +71,135 @@ class PeerLinks:
         self._counts = counts
         self._hello = hello
         self._spawn = spawn
-        self._queues: dict[ProcessId, trio.MemorySendChannel[bytes]] = {}
-
-    def queue_for(self, dest: ProcessId) -> trio.MemorySendChannel[bytes]:
-        queue = self._queues.get(dest)
-        if queue is None:
-            send, receive = trio.open_memory_channel[bytes](self._config.send_queue)
-            self._queues[dest] = queue = send
-            self._spawn(self._peer_sender, dest, receive)
-        return queue
+        self._links: dict[ProcessId, _Link] = {}
 
     def send(self, dest: ProcessId, frames: list[bytes], *, count_drops: bool = True) -> None:
-        """Queue ``frames`` for ``dest``; dropped (and counted in ``dropped``
-        unless ``count_drops`` is false) when its queue is full."""
-        queue = self.queue_for(dest)
-        for frame in frames:
+        """Send ``frames`` to ``dest``, in order after what was sent before.
+        Frames beyond ``send_queue`` waiting for the peer are dropped (and
+        counted in ``dropped`` unless ``count_drops`` is false)."""
+        if not frames:
+            return
+        link = self._links.get(dest)
+        if link is None:
+            self._links[dest] = link = _Link()
+            self._spawn(self._peer_sender, dest, link)
+        raw = link.raw
+        if raw is not None and not link.busy and not link.queue:
+            data = pack_frames(frames)
             try:
-                queue.send_nowait(frame)
-            except (trio.WouldBlock, trio.ClosedResourceError):
-                if count_drops:
-                    self._counts["dropped"] += 1
+                written = raw.send(data)
+            except BlockingIOError:
+                written = 0
+            except OSError:
+                # Broken: the task closes the stream; the frames are lost.
+                self._counts["dropped"] += len(frames)
+                link.raw = None
+                raw.close()
+                link.lot.unpark_all()
+                return
+            if written == len(data):
+                self._counts["sent"] += len(frames)
+                return
+            # The socket buffer is full: the rest goes to the task.
+            link.queue.append((data[written:], len(frames)))
+            link.frames += len(frames)
+            link.lot.unpark_all()
+            return
+        room = self._config.send_queue - link.frames
+        if room < len(frames):
+            if count_drops:
+                self._counts["dropped"] += len(frames) - max(room, 0)
+            frames = frames[: max(room, 0)]
+            if not frames:
+                return
+        link.queue.append((pack_frames(frames), len(frames)))
+        link.frames += len(frames)
+        link.lot.unpark_all()
 
-    async def _peer_sender(self, dest: ProcessId, frames: trio.MemoryReceiveChannel[bytes]) -> None:
-        """Owns the outgoing stream to ``dest``: connects on demand, sends in order."""
-        stream: trio.SocketStream | None = None
+    async def _peer_sender(self, dest: ProcessId, link: _Link) -> None:
+        """Owns the outgoing stream to ``dest``: connects on demand, writes
+        what is queued, in order."""
         next_attempt = -math.inf
         try:
             while True:
-                batch = [await frames.receive()]
-                while True:
-                    try:
-                        batch.append(frames.receive_nowait())
-                    except trio.WouldBlock:
-                        break
-                if stream is None:
-                    stream = await self._connect(dest, next_attempt)
-                    if stream is None:
+                if link.stream is not None and link.raw is None:
+                    await self._drop_stream(link)  # broken during a direct send
+                    next_attempt = trio.current_time() + self._config.reconnect_interval
+                if not link.queue:
+                    await link.lot.park()
+                    continue
+                link.busy = True
+                try:
+                    if link.stream is None and not await self._connect(dest, link, next_attempt):
                         # Peer unreachable: what was queued for it is lost.
-                        self._counts["dropped"] += len(batch)
+                        self._counts["dropped"] += link.frames
+                        link.queue.clear()
+                        link.frames = 0
                         next_attempt = trio.current_time() + self._config.reconnect_interval
                         continue
-                try:
-                    await stream.send_all(pack_frames(batch))
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                    self._counts["dropped"] += len(batch)
-                    await close_quietly(stream)
-                    stream = None
-                    next_attempt = trio.current_time() + self._config.reconnect_interval
-                    continue
-                self._counts["sent"] += len(batch)
+                    assert link.stream is not None
+                    data = b"".join(chunk for chunk, _ in link.queue)
+                    count = link.frames
+                    link.queue.clear()
+                    link.frames = 0
+                    try:
+                        await link.stream.send_all(data)
+                    except _BROKEN:
+                        self._counts["dropped"] += count
+                        await self._drop_stream(link)
+                        next_attempt = trio.current_time() + self._config.reconnect_interval
+                        continue
+                    self._counts["sent"] += count
+                finally:
+                    link.busy = False
         finally:
-            if stream is not None:
+            if link.raw is not None:
+                link.raw.close()
+                link.raw = None
+            if link.stream is not None:
+                stream, link.stream = link.stream, None
                 await close_quietly(stream)
 
-    async def _connect(self, dest: ProcessId, not_before: float) -> trio.SocketStream | None:
+    async def _drop_stream(self, link: _Link) -> None:
+        if link.raw is not None:
+            link.raw.close()
+            link.raw = None
+        if link.stream is not None:
+            stream, link.stream = link.stream, None
+            await close_quietly(stream)
+
+    async def _connect(self, dest: ProcessId, link: _Link, not_before: float) -> bool:
         if trio.current_time() < not_before:
-            return None
+            return False
         address = self._addresses.get(dest)
         if address is None:
-            return None
+            return False
         host, port = parse_host_port(address)
         try:
             with trio.fail_after(self._config.connect_timeout):
                 stream = await trio.open_tcp_stream(host, port)
         except (OSError, trio.TooSlowError):
             self._counts["connect_failures"] += 1
-            return None
+            return False
         self._counts["connects"] += 1
         hello = pack_frames(self._hello(dest))
         if hello:
             try:
                 await stream.send_all(hello)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            except _BROKEN:
                 self._counts["connect_failures"] += 1
                 await close_quietly(stream)
-                return None
-        return stream
+                return False
+        sock = stream.socket
+        try:
+            raw = socket.fromfd(sock.fileno(), sock.family, sock.type)
+        except OSError:
+            self._counts["connect_failures"] += 1
+            await close_quietly(stream)
+            return False
+        raw.setblocking(False)
+        link.stream, link.raw = stream, raw
+        return True
 
 
 async def close_quietly(stream: trio.SocketStream) -> None:

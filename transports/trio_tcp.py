@@ -80,7 +80,9 @@ class TokenRingNode(TaskOwner):
         self._excluded = False
         self._listeners: list[trio.SocketListener] = []
         self._readers = trio.lowlevel.ParkingLot()
-        self._wake = trio.lowlevel.ParkingLot()
+        self._flushed = trio.lowlevel.ParkingLot()
+        self._timer_lot = trio.lowlevel.ParkingLot()
+        self._armed = -math.inf
         self._own_pending: set[EventId] = set()
         self._flush_due = False
         self._flusher_started = False
@@ -144,7 +146,7 @@ class TokenRingNode(TaskOwner):
         self._state = "closing"
         with trio.move_on_after(self.config.flush_timeout):
             while self._own_pending:
-                await self._wake.park()
+                await self._flushed.park()
         self.abort()
 
     def abort(self) -> None:
@@ -154,7 +156,8 @@ class TokenRingNode(TaskOwner):
         for listener in self._listeners:
             listener.socket.close()
         self._readers.unpark_all()
-        self._wake.unpark_all()
+        self._flushed.unpark_all()
+        self._timer_lot.unpark_all()
 
     # -- application API ----------------------------------------------------
 
@@ -253,8 +256,12 @@ class TokenRingNode(TaskOwner):
         while True:
             deadline = process.get_timer()
             if deadline > trio.current_time():
+                # Woken early only when an input moves the timer before
+                # ``deadline`` (see _flush), not by every input.
+                self._armed = deadline
                 with trio.move_on_at(deadline if math.isfinite(deadline) else math.inf):
-                    await self._wake.park()
+                    await self._timer_lot.park()
+                self._armed = -math.inf
             else:
                 # A timer that stays due must not starve the other tasks.
                 await trio.lowlevel.checkpoint()
@@ -266,7 +273,8 @@ class TokenRingNode(TaskOwner):
         """Send what the process wants sent and move its deliveries out, soon:
         a flusher task does it once the current task yields, so that what
         several inputs produce (broadcasts in a row, every frame of one
-        received chunk) leaves together."""
+        received chunk, the chunks of every stream that were ready together)
+        leaves together: fewer and fuller frames."""
         if self._flush_due:
             return  # the flusher is woken already
         self._flush_due = True
@@ -278,7 +286,7 @@ class TokenRingNode(TaskOwner):
 
     async def _flusher(self) -> None:
         while True:
-            if not self._flush_due:
+            while not self._flush_due:
                 await self._flush_lot.park()
             self._flush_due = False
             self._flush()
@@ -318,7 +326,9 @@ class TokenRingNode(TaskOwner):
             self._readers.unpark_all()
         if self._buffer.overflowed:
             self.abort()
-        self._wake.unpark_all()
+        self._flushed.unpark_all()
+        if process.get_timer() < self._armed:
+            self._timer_lot.unpark_all()
         self._watch_view(process)
 
     # -- addresses ------------------------------------------------------------
