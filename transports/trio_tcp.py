@@ -10,8 +10,8 @@ peer; the next frame for that peer opens a new stream (at most one attempt per
 the token and of unsequenced messages, fetches, token regeneration).
 
 The node is in this module; its configuration and statistics are in
-:mod:`._tcp_config`, the stream framing in :mod:`._tcp_framing`, the outgoing
-streams in :mod:`._tcp_links`.
+:mod:`._tcp_config`, the stream framing in :mod:`._tcp_framing`, the incoming
+streams in :mod:`._tcp_inbound`, the outgoing ones in :mod:`._tcp_links`.
 
 ::
 
@@ -28,7 +28,8 @@ from __future__ import annotations
 import math
 import random
 import time
-from typing import Self
+from functools import partial
+from typing import Any, Self
 
 import trio
 
@@ -40,14 +41,14 @@ from epto import (
     LocalProtocolError,
     ProcessId,
 )
-from epto._limits import HEADER_SIZE
 from epto.tokenring import TokenRingProcess, token_ring_registry
 
 from ._addresses import AddressBook, Directory, join_host_port, with_addresses
 from ._common import Address, DeliveryBuffer, DeliveryOverflowError, parse_host_port
 from ._tasks import TaskOwner
 from ._tcp_config import MemberExcludedError, TokenRingNodeConfig, TokenRingNodeStatistics
-from ._tcp_framing import FrameReader, FramingError, encode_split
+from ._tcp_framing import encode_split
+from ._tcp_inbound import read_stream
 from ._tcp_links import PeerLinks
 
 __all__ = [
@@ -57,9 +58,6 @@ __all__ = [
     "TokenRingNodeStatistics",
     "encode_split",
 ]
-
-_RECV_SIZE = 262_144
-_FRAMES_PER_TURN = 16
 
 
 class TokenRingNode(TaskOwner):
@@ -363,49 +361,14 @@ class TokenRingNode(TaskOwner):
             self.abort()
 
     async def _serve(self) -> None:
-        await trio.serve_listeners(self._handle_stream, self._listeners)
-
-    async def _handle_stream(self, stream: trio.SocketStream) -> None:
-        """Read length-prefixed frames from one incoming stream until it ends
-        or breaks the framing (then it is closed; the sender reconnects)."""
         codec = self._codec
-        process = self._require_process()
         assert codec is not None
-        reader = FrameReader(max_frame=codec.limits.max_frame_size, min_frame=HEADER_SIZE)
-        try:
-            async with stream:
-                while True:
-                    chunk = await stream.receive_some(_RECV_SIZE)
-                    if not chunk:
-                        return
-                    reader.feed(chunk)
-                    fed = 0
-                    while True:
-                        try:
-                            data = reader.next_frame()
-                        except FramingError:
-                            codec.rejected["bad-length"] += 1
-                            return
-                        if data is None:
-                            break
-                        now = trio.current_time()
-                        frame = codec.receive(data, now)
-                        if frame is None:
-                            continue
-                        if type(frame.message) is AddressBook:
-                            self._learn_addresses(frame.sender, frame.message, stream)
-                            continue
-                        self._counts["received"] += 1
-                        if self._state == "closed":
-                            return
-                        process.receive(frame.sender, frame.message, now)
-                        fed += 1
-                        if fed % _FRAMES_PER_TURN == 0:
-                            # A long chunk: let the other tasks run (send
-                            # what these frames produced, a token to pass on).
-                            self._after_input()
-                            await trio.lowlevel.checkpoint()
-                    if fed:
-                        self._after_input()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            return
+        await trio.serve_listeners(partial(read_stream, codec=codec, inbound=self), self._listeners)
+
+    def _deliver_frame(self, sender: ProcessId, message: Any, now: float) -> bool:
+        """One decoded message from a stream (:func:`read_stream`)."""
+        self._counts["received"] += 1
+        if self._state == "closed":
+            return False
+        self._require_process().receive(sender, message, now)
+        return True
