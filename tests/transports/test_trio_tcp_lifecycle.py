@@ -9,17 +9,8 @@ import trio
 from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
 
 from epto import LocalProtocolError
-from epto.tokenring import TokenRingConfig
 
-PIDS = (1, 2, 3)
-RING = TokenRingConfig(
-    heartbeat_interval=0.05,
-    suspect_timeout=0.3,
-    exclude_timeout=3.0,
-    token_timeout=0.6,
-    change_timeout=0.3,
-    fetch_timeout=0.1,
-)
+from .test_trio_tcp_tokenring import PIDS, RING
 
 
 def make_nodes(flush_timeout: float = 5.0) -> dict[int, TokenRingNode]:
