@@ -91,6 +91,8 @@ async def run(messages: int, rate: float, sealed: bool) -> None:
             f"(suspect_timeout {ring.suspect_timeout * 1e3:.0f} ms, "
             f"core now {nodes[1].statistics().core})"
         )
+        # The watcher runs until cancelled; the readers end with their nodes.
+        nursery.cancel_scope.cancel()
         for node in nodes.values():
             node.abort()
 

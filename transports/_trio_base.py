@@ -1,6 +1,7 @@
 """The trio driver loop shared by the UDP node and the in-memory hub node.
 
-A node is an async context manager that owns its tasks (a nursery): one task
+A node is an async context manager that owns its tasks (a nursery, see
+:mod:`._tasks`): one task
 receives and feeds the core, one runs rounds when the core's timer is due and
 sends what the core wants sent. Deliveries come out through an async iterator
 fed from a bounded buffer; the round task never waits for the application.
@@ -15,9 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable
-from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import trio
 
@@ -31,9 +30,10 @@ from ._common import (
     TransportStatistics,
     require_epto,
 )
+from ._tasks import TaskOwner
 
 
-class TrioNodeBase:
+class TrioNodeBase(TaskOwner):
     """Shared body of :class:`TrioNode` and :class:`MemoryNode`."""
 
     mode = "epto"
@@ -45,59 +45,24 @@ class TrioNodeBase:
             type(self).__name__,
             "open the node with epto.transports.trio_node.open_node(config) (TCP, trio)",
         )
+        super().__init__()
         self.config = config
         self._core: CoreAdapter | None = None
-        self._state = "new"
         self._offset = 0.0
         self._readers = trio.lowlevel.ParkingLot()
         self._round_done = trio.lowlevel.ParkingLot()
-        self._nursery_cm: Any = None
-        self._nursery: trio.Nursery | None = None
-        self._scopes: list[trio.CancelScope] = []
 
     # -- lifecycle ----------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        if self._state != "new":
-            raise LocalProtocolError("a node can be entered once")
+        self._check_new()
         self._offset = time.time() - trio.current_time()
         self._core = CoreAdapter(self.config, self._now())
         await self._open_link()
-        self._nursery_cm = trio.open_nursery()
-        self._nursery = await self._nursery_cm.__aenter__()
-        self._state = "running"
+        await self._open_tasks()
         self._spawn(self._receive_loop)
         self._spawn(self._round_loop)
         return self
-
-    def _spawn(self, fn: Callable[[], Awaitable[None]]) -> None:
-        # Each task runs in its own cancel scope: cancelling the nursery's
-        # scope would also cancel the body of the 'async with' that entered
-        # the node (code calling abort() on its own node).
-        scope = trio.CancelScope()
-        self._scopes.append(scope)
-
-        async def run() -> None:
-            with scope:
-                await fn()
-
-        assert self._nursery is not None
-        self._nursery.start_soon(run)
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
-        try:
-            if exc_type is None:
-                await self.aclose()
-            else:
-                self.abort()
-        finally:
-            result: bool | None = await self._nursery_cm.__aexit__(exc_type, exc, tb)
-        return result
 
     async def aclose(self) -> None:
         """Stop broadcasting, keep running rounds until this node's events have
@@ -117,11 +82,8 @@ class TrioNodeBase:
 
     def abort(self) -> None:
         """Stop at once (what a crash looks like to the group)."""
-        if self._state == "closed":
+        if not self._cancel_tasks():
             return
-        self._state = "closed"
-        for scope in self._scopes:
-            scope.cancel()
         self._close_link()
         self._readers.unpark_all()
         self._round_done.unpark_all()

@@ -9,6 +9,10 @@ peer; the next frame for that peer opens a new stream (at most one attempt per
 ``reconnect_interval``). The protocol repairs such losses (retransmission of
 the token and of unsequenced messages, fetches, token regeneration).
 
+The node is in this module; its configuration and statistics are in
+:mod:`._tcp_config`, the stream framing in :mod:`._tcp_framing`, the incoming
+streams in :mod:`._tcp_inbound`, the outgoing ones in :mod:`._tcp_links`.
+
 ::
 
     config = TokenRingNodeConfig(pid=1, bind="127.0.0.1:9001",
@@ -21,216 +25,62 @@ the token and of unsequenced messages, fetches, token regeneration).
 
 from __future__ import annotations
 
-import contextlib
 import math
 import random
-import struct
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from types import TracebackType
+from functools import partial
 from typing import Any, Self
 
-import attrs
 import trio
 
 from epto import (
-    ConfigurationError,
     Delivery,
     EventId,
     FrameCodec,
-    GroupKey,
     GroupSealer,
-    Limits,
     LocalProtocolError,
     ProcessId,
 )
-from epto._limits import HEADER_SIZE
-from epto.tokenring import TokenRingConfig, TokenRingProcess, token_ring_registry
-from epto.tokenring._messages import Catchup, DataBatch, Order
+from epto.tokenring import TokenRingProcess, token_ring_registry
 
 from ._addresses import AddressBook, Directory, join_host_port, with_addresses
-from ._common import (
-    Address,
-    DeliveryBuffer,
-    DeliveryOverflowError,
-    OverflowPolicy,
-    parse_host_port,
-)
+from ._common import Address, DeliveryBuffer, DeliveryOverflowError, parse_host_port
+from ._tasks import TaskOwner
+from ._tcp_config import MemberExcludedError, TokenRingNodeConfig, TokenRingNodeStatistics
+from ._tcp_framing import encode_split
+from ._tcp_inbound import read_stream
+from ._tcp_links import PeerLinks
 
 __all__ = [
     "MemberExcludedError",
     "TokenRingNode",
     "TokenRingNodeConfig",
     "TokenRingNodeStatistics",
+    "encode_split",
 ]
 
-_LENGTH = struct.Struct(">I")
-_RECV_SIZE = 262_144
-_FRAMES_PER_TURN = 16
 
-
-def _stream_limits() -> Limits:
-    # A catch-up carries up to 4096 sequenced messages (TokenRingProcess).
-    return Limits.for_frame_size(1 << 20, max_events_per_ball=4096)
-
-
-def encode_split(
-    codec: FrameCodec, sender: ProcessId, message: object, *, to: ProcessId | None
-) -> list[bytes]:
-    """The frames of ``message``; a catch-up, a batch of broadcasts or an order
-    notice too big for one frame is split in halves (in order; each part of a
-    catch-up keeps ``stable`` and ``oldest``, each part of a notice its state,
-    so receiving the parts one after the other is receiving the whole). Raises
-    :class:`LocalProtocolError` when a message still does not fit."""
-    try:
-        return codec.encode(sender, message, to=to)
-    except LocalProtocolError:
-        parts: tuple[object, object] | None = None
-        if isinstance(message, DataBatch) and len(message.events) >= 2:
-            half = len(message.events) // 2
-            parts = (
-                DataBatch(events=message.events[:half]),
-                DataBatch(events=message.events[half:]),
-            )
-        elif isinstance(message, Order) and len(message.assigned) >= 2:
-            # Each part carries the state: learning it twice is learning it once.
-            half = len(message.assigned) // 2
-            parts = (
-                attrs.evolve(message, assigned=message.assigned[:half]),
-                attrs.evolve(message, assigned=message.assigned[half:]),
-            )
-        if parts is not None:
-            return encode_split(codec, sender, parts[0], to=to) + encode_split(
-                codec, sender, parts[1], to=to
-            )
-        if not isinstance(message, Catchup):
-            raise
-        n, m = len(message.entries), len(message.events)
-        if n + m < 2:
-            raise
-        if n >= 2:
-            first = attrs.evolve(message, entries=message.entries[: n // 2], events=())
-            second = attrs.evolve(message, entries=message.entries[n // 2 :])
-        else:
-            first = attrs.evolve(message, events=message.events[: m // 2])
-            second = attrs.evolve(message, entries=(), events=message.events[m // 2 :])
-        return encode_split(codec, sender, first, to=to) + encode_split(
-            codec, sender, second, to=to
-        )
-
-
-@attrs.frozen(kw_only=True)
-class TokenRingNodeConfig:
-    """How to run one token-ring node on TCP.
-
-    Bootstrap members all pass the same ``members`` (pid to ``"host:port"``,
-    this node included). A new identity joining a running group passes
-    ``contacts`` instead (some current members); it learns the other members'
-    addresses from them, and they learn its address from the hello at the
-    start of its streams (see :mod:`epto.transports._addresses`). Times are in
-    seconds.
-    """
-
-    pid: ProcessId
-    bind: Address = "127.0.0.1:0"
-    """Where this node listens; port 0 picks a free port (see ``node.address``)."""
-    members: Mapping[ProcessId, Address] = attrs.field(factory=dict)
-    contacts: Mapping[ProcessId, Address] = attrs.field(factory=dict)
-    """Join a running group through these members (a new identity)."""
-    advertise: Address | None = None
-    """The address announced to the others in hellos; default the bound
-    address, whose unspecified host (``0.0.0.0``) a receiver replaces by the
-    address the connection comes from."""
-    tokenring: TokenRingConfig = attrs.field(factory=TokenRingConfig)
-    group: int = 0
-    """Group id carried by every frame; frames of other groups are refused."""
-    group_key: GroupKey | None = None
-    """Seal every frame under this key (AEAD), bound to its receiver."""
-    limits: Limits = attrs.field(factory=_stream_limits)
-    """Frame bounds (every member must use the same). Token states and
-    catch-ups grow with the unstable messages, hence 1 MiB frames by default."""
-    seed: int | None = None
-    delivery_buffer: int = 100_000
-    overflow: OverflowPolicy = "fail"
-    reconnect_interval: float = 0.05
-    """Least time between two connection attempts to one peer."""
-    connect_timeout: float = 1.0
-    send_queue: int = 10_000
-    """Frames queued for one peer; beyond that new frames for it are dropped."""
-    flush_timeout: float = 5.0
-    """Seconds ``aclose()`` waits for this node's own broadcasts to be delivered."""
-
-    def __attrs_post_init__(self) -> None:
-        for what, book in (("members", self.members), ("contacts", self.contacts)):
-            for pid, address in book.items():
-                if not isinstance(pid, int) or not 0 <= pid < 2**64:
-                    raise ConfigurationError(f"{what}: process id out of range: {pid!r}")
-                parse_host_port(address)
-        if self.contacts and set(self.members) - {self.pid}:
-            raise ConfigurationError(
-                "TokenRingNodeConfig: bootstrap with 'members' or join through 'contacts', not both"
-            )
-        if self.pid in self.contacts:
-            raise ConfigurationError("TokenRingNodeConfig: a node cannot be its own contact")
-        if self.advertise is not None:
-            parse_host_port(self.advertise)
-
-
-class MemberExcludedError(LocalProtocolError):
-    """This member is out of the group's view for good (excluded by a view
-    change, its delivered prefix diverged, or it fell too far behind). The node
-    has stopped; to take part again, start a new node with a **new** process id
-    that joins through ``contacts``."""
-
-
-@attrs.frozen(kw_only=True, slots=True)
-class TokenRingNodeStatistics:
-    """The process's counters and the transport's."""
-
-    role: str
-    view: int
-    instance: int
-    core: tuple[ProcessId, ...]
-    members: tuple[ProcessId, ...]
-    holds_token: bool
-    """This member holds the token now."""
-    broadcasts: int
-    delivered: int
-    frames_sent: int
-    frames_received: int
-    frames_dropped: int
-    """Frames lost to a broken or absent stream, or to a full send queue."""
-    connects: int
-    connect_failures: int
-    encode_failures: int
-    rejected: Mapping[str, int]
-    delivery_queue: int
-    deliveries_dropped: int
-
-
-class TokenRingNode:
+class TokenRingNode(TaskOwner):
     """One token-ring member on TCP; an async context manager owning its tasks."""
 
     mode = "token-ring"
     """The ordering engine this node runs."""
 
     def __init__(self, config: TokenRingNodeConfig) -> None:
+        super().__init__()
         self.config = config
         self.address = ""
-        self._state = "new"
         self._process: TokenRingProcess | None = None
         self._codec: FrameCodec | None = None
         self._buffer = DeliveryBuffer(config.delivery_buffer, config.overflow)
         self._addresses: dict[ProcessId, Address] = {**config.members, **config.contacts}
         self._directory = Directory(config.pid, self._addresses)
         self._excluded = False
-        self._queues: dict[ProcessId, trio.MemorySendChannel[bytes]] = {}
         self._listeners: list[trio.SocketListener] = []
         self._readers = trio.lowlevel.ParkingLot()
-        self._wake = trio.lowlevel.ParkingLot()
-        self._nursery_cm: Any = None
-        self._nursery: trio.Nursery | None = None
-        self._scopes: list[trio.CancelScope] = []
+        self._flushed = trio.lowlevel.ParkingLot()
+        self._timer_lot = trio.lowlevel.ParkingLot()
+        self._armed = -math.inf
         self._own_pending: set[EventId] = set()
         self._flush_due = False
         self._flusher_started = False
@@ -246,12 +96,12 @@ class TokenRingNode:
             ),
             0,
         )
+        self._links = PeerLinks(config, self._addresses, self._counts, self._book, self._spawn)
 
     # -- lifecycle ----------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        if self._state != "new":
-            raise LocalProtocolError("a node can be entered once")
+        self._check_new()
         cfg = self.config
         rng = random.Random(cfg.seed)
         now = trio.current_time()
@@ -280,43 +130,10 @@ class TokenRingNode:
         bound = self._listeners[0].socket.getsockname()
         self.address = join_host_port(bound[0], bound[1])
         self._directory.advertised = cfg.advertise or self.address
-        self._nursery_cm = trio.open_nursery()
-        self._nursery = await self._nursery_cm.__aenter__()
-        self._state = "running"
+        await self._open_tasks()
         self._spawn(self._serve)
         self._spawn(self._timer_loop)
         return self
-
-    def _spawn(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
-        # Each task runs in its own cancel scope: cancelling the nursery's
-        # scope would also cancel the code of the task that entered the node
-        # (an 'async with' body calling abort() on its own node).
-        scope = trio.CancelScope()
-        self._scopes.append(scope)
-        if self._state == "closed":
-            scope.cancel()
-
-        async def run() -> None:
-            with scope:
-                await fn(*args)
-
-        assert self._nursery is not None
-        self._nursery.start_soon(run)
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
-        try:
-            if exc_type is None:
-                await self.aclose()
-            else:
-                self.abort()
-        finally:
-            result: bool | None = await self._nursery_cm.__aexit__(exc_type, exc, tb)
-        return result
 
     async def aclose(self) -> None:
         """Stop broadcasting, wait (at most ``flush_timeout``) until this node's
@@ -327,20 +144,18 @@ class TokenRingNode:
         self._state = "closing"
         with trio.move_on_after(self.config.flush_timeout):
             while self._own_pending:
-                await self._wake.park()
+                await self._flushed.park()
         self.abort()
 
     def abort(self) -> None:
         """Stop at once (what a crash looks like to the group)."""
-        if self._state == "closed":
+        if not self._cancel_tasks():
             return
-        self._state = "closed"
-        for scope in self._scopes:
-            scope.cancel()
         for listener in self._listeners:
             listener.socket.close()
         self._readers.unpark_all()
-        self._wake.unpark_all()
+        self._flushed.unpark_all()
+        self._timer_lot.unpark_all()
 
     # -- application API ----------------------------------------------------
 
@@ -439,8 +254,12 @@ class TokenRingNode:
         while True:
             deadline = process.get_timer()
             if deadline > trio.current_time():
+                # Woken early only when an input moves the timer before
+                # ``deadline`` (see _flush), not by every input.
+                self._armed = deadline
                 with trio.move_on_at(deadline if math.isfinite(deadline) else math.inf):
-                    await self._wake.park()
+                    await self._timer_lot.park()
+                self._armed = -math.inf
             else:
                 # A timer that stays due must not starve the other tasks.
                 await trio.lowlevel.checkpoint()
@@ -452,7 +271,8 @@ class TokenRingNode:
         """Send what the process wants sent and move its deliveries out, soon:
         a flusher task does it once the current task yields, so that what
         several inputs produce (broadcasts in a row, every frame of one
-        received chunk) leaves together."""
+        received chunk, the chunks of every stream that were ready together)
+        leaves together: fewer and fuller frames."""
         if self._flush_due:
             return  # the flusher is woken already
         self._flush_due = True
@@ -464,7 +284,7 @@ class TokenRingNode:
 
     async def _flusher(self) -> None:
         while True:
-            if not self._flush_due:
+            while not self._flush_due:
                 await self._flush_lot.park()
             self._flush_due = False
             self._flush()
@@ -490,12 +310,7 @@ class TokenRingNode:
                     continue
                 if shared:
                     encoded[id(message)] = frames
-            queue = self._queue_for(dest)
-            for frame in frames:
-                try:
-                    queue.send_nowait(frame)
-                except (trio.WouldBlock, trio.ClosedResourceError):
-                    self._counts["dropped"] += 1
+            self._links.send(dest, frames)
         moved = False
         own = self._own_pending
         put = self._buffer.put
@@ -509,75 +324,10 @@ class TokenRingNode:
             self._readers.unpark_all()
         if self._buffer.overflowed:
             self.abort()
-        self._wake.unpark_all()
+        self._flushed.unpark_all()
+        if process.get_timer() < self._armed:
+            self._timer_lot.unpark_all()
         self._watch_view(process)
-
-    def _queue_for(self, dest: ProcessId) -> trio.MemorySendChannel[bytes]:
-        queue = self._queues.get(dest)
-        if queue is None:
-            send, receive = trio.open_memory_channel[bytes](self.config.send_queue)
-            self._queues[dest] = queue = send
-            self._spawn(self._peer_sender, dest, receive)
-        return queue
-
-    # -- links ----------------------------------------------------------------
-
-    async def _peer_sender(self, dest: ProcessId, frames: trio.MemoryReceiveChannel[bytes]) -> None:
-        """Owns the outgoing stream to ``dest``: connects on demand, sends in order."""
-        stream: trio.SocketStream | None = None
-        next_attempt = -math.inf
-        try:
-            while True:
-                batch = [await frames.receive()]
-                while True:
-                    try:
-                        batch.append(frames.receive_nowait())
-                    except trio.WouldBlock:
-                        break
-                if stream is None:
-                    stream = await self._connect(dest, next_attempt)
-                    if stream is None:
-                        # Peer unreachable: what was queued for it is lost.
-                        self._counts["dropped"] += len(batch)
-                        next_attempt = trio.current_time() + self.config.reconnect_interval
-                        continue
-                data = b"".join(_LENGTH.pack(len(f)) + f for f in batch)
-                try:
-                    await stream.send_all(data)
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                    self._counts["dropped"] += len(batch)
-                    await _close_quietly(stream)
-                    stream = None
-                    next_attempt = trio.current_time() + self.config.reconnect_interval
-                    continue
-                self._counts["sent"] += len(batch)
-        finally:
-            if stream is not None:
-                await _close_quietly(stream)
-
-    async def _connect(self, dest: ProcessId, not_before: float) -> trio.SocketStream | None:
-        if trio.current_time() < not_before:
-            return None
-        address = self._addresses.get(dest)
-        if address is None:
-            return None
-        host, port = parse_host_port(address)
-        try:
-            with trio.fail_after(self.config.connect_timeout):
-                stream = await trio.open_tcp_stream(host, port)
-        except (OSError, trio.TooSlowError):
-            self._counts["connect_failures"] += 1
-            return None
-        self._counts["connects"] += 1
-        hello = b"".join(_LENGTH.pack(len(f)) + f for f in self._book(dest))
-        if hello:
-            try:
-                await stream.send_all(hello)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                self._counts["connect_failures"] += 1
-                await _close_quietly(stream)
-                return None
-        return stream
 
     # -- addresses ------------------------------------------------------------
 
@@ -604,68 +354,21 @@ class TokenRingNode:
         once the process is excluded."""
         config = process.config
         for dest in self._directory.to_tell(config.instance, config.members):
-            queue = self._queue_for(dest)
-            for frame in self._book(dest):
-                with contextlib.suppress(trio.WouldBlock, trio.ClosedResourceError):
-                    queue.send_nowait(frame)
+            self._links.send(dest, self._book(dest), count_drops=False)
         if process.excluded and self._state != "closed":
             self._excluded = True
             self._readers.unpark_all()
             self.abort()
 
     async def _serve(self) -> None:
-        await trio.serve_listeners(self._handle_stream, self._listeners)
-
-    async def _handle_stream(self, stream: trio.SocketStream) -> None:
-        """Read length-prefixed frames from one incoming stream until it ends
-        or breaks the framing (then it is closed; the sender reconnects)."""
         codec = self._codec
-        process = self._require_process()
         assert codec is not None
-        max_frame = codec.limits.max_frame_size
-        buffer = bytearray()
-        try:
-            async with stream:
-                while True:
-                    chunk = await stream.receive_some(_RECV_SIZE)
-                    if not chunk:
-                        return
-                    buffer += chunk
-                    pos = 0
-                    fed = 0
-                    while len(buffer) - pos >= _LENGTH.size:
-                        (length,) = _LENGTH.unpack_from(buffer, pos)
-                        if length > max_frame or length < HEADER_SIZE:
-                            codec.rejected["bad-length"] += 1
-                            return
-                        if len(buffer) - pos - _LENGTH.size < length:
-                            break
-                        start = pos + _LENGTH.size
-                        pos = start + length
-                        now = trio.current_time()
-                        frame = codec.receive(bytes(buffer[start:pos]), now)
-                        if frame is None:
-                            continue
-                        if type(frame.message) is AddressBook:
-                            self._learn_addresses(frame.sender, frame.message, stream)
-                            continue
-                        self._counts["received"] += 1
-                        if self._state == "closed":
-                            return
-                        process.receive(frame.sender, frame.message, now)
-                        fed += 1
-                        if fed % _FRAMES_PER_TURN == 0:
-                            # A long chunk: let the other tasks run (send
-                            # what these frames produced, a token to pass on).
-                            self._after_input()
-                            await trio.lowlevel.checkpoint()
-                    del buffer[:pos]
-                    if fed:
-                        self._after_input()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            return
+        await trio.serve_listeners(partial(read_stream, codec=codec, inbound=self), self._listeners)
 
-
-async def _close_quietly(stream: trio.SocketStream) -> None:
-    with contextlib.suppress(trio.BrokenResourceError, OSError):
-        await stream.aclose()
+    def _deliver_frame(self, sender: ProcessId, message: Any, now: float) -> bool:
+        """One decoded message from a stream (:func:`read_stream`)."""
+        self._counts["received"] += 1
+        if self._state == "closed":
+            return False
+        self._require_process().receive(sender, message, now)
+        return True

@@ -1,0 +1,103 @@
+"""The outgoing streams of the token ring's TCP node (real loopback sockets):
+frames written directly and frames queued behind a full socket buffer reach
+the peer complete and in order; a full queue drops and counts."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import trio
+from epto.transports._tcp_config import TokenRingNodeConfig
+from epto.transports._tcp_framing import FrameReader, pack_frames
+from epto.transports._tcp_links import PeerLinks
+
+COUNTS = ("sent", "dropped", "connects", "connect_failures")
+
+
+async def read_frames(stream: trio.SocketStream, want: int) -> list[bytes]:
+    reader = FrameReader(max_frame=1 << 20, min_frame=1)
+    frames: list[bytes] = []
+    while len(frames) < want:
+        chunk = await stream.receive_some(1 << 16)
+        assert chunk, "stream ended early"
+        reader.feed(chunk)
+        while (frame := reader.next_frame()) is not None:
+            frames.append(frame)
+    return frames
+
+
+def links_for(
+    address: str, nursery: trio.Nursery, counts: dict[str, int], send_queue: int = 10_000
+) -> PeerLinks:
+    config = TokenRingNodeConfig(pid=1, send_queue=send_queue)
+
+    def spawn(fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+        nursery.start_soon(fn, *args)
+
+    return PeerLinks(config, {2: address}, counts, lambda dest: [b"hello"], spawn)
+
+
+@pytest.mark.trio
+async def test_frames_arrive_in_order_past_a_full_socket_buffer() -> None:
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    counts = dict.fromkeys(COUNTS, 0)
+    # 200 frames of 64 KiB: far more than loopback socket buffers hold, so
+    # direct writes fill the buffer and the rest waits in the queue.
+    frames = [bytes([i % 256]) * 65_536 for i in range(200)]
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            links = links_for(f"127.0.0.1:{port}", nursery, counts)
+            links.send(2, frames[:1])  # opens the stream (queued: not connected yet)
+            stream = await listeners[0].accept()
+            while counts["sent"] < 1:
+                await trio.sleep(0.001)
+            for i in range(1, len(frames), 10):
+                links.send(2, frames[i : i + 10])
+            got = await read_frames(stream, len(frames) + 1)
+            nursery.cancel_scope.cancel()
+    await stream.aclose()
+    for listener in listeners:
+        await listener.aclose()
+    assert got[0] == b"hello"
+    assert got[1:] == frames
+    assert counts["sent"] == len(frames)
+    assert counts["dropped"] == 0
+    assert counts["connects"] == 1
+
+
+@pytest.mark.trio
+async def test_a_full_queue_drops_and_counts() -> None:
+    counts = dict.fromkeys(COUNTS, 0)
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            # No stream yet (the task has not run): everything is queued, up
+            # to send_queue frames; the rest is dropped.
+            links = links_for("127.0.0.1:1", nursery, counts, send_queue=5)
+            links.send(2, [b"a"] * 3)
+            links.send(2, [b"b"] * 4)
+            assert counts["dropped"] == 2
+            links.send(2, [b"c"], count_drops=False)
+            assert counts["dropped"] == 2
+            # Port 1 refuses: the queued frames are lost, and counted.
+            while counts["connect_failures"] == 0:
+                await trio.sleep(0.001)
+            await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+    assert counts["dropped"] == 2 + 5
+    assert counts["sent"] == 0
+
+
+def test_pack_frames_round_trips_through_the_reader() -> None:
+    frames = [b"x" * n for n in (1, 5, 300, 70_000)]
+    data = pack_frames(frames)
+    reader = FrameReader(max_frame=1 << 20, min_frame=1)
+    out: list[bytes] = []
+    for i in range(0, len(data), 7):  # fed in small pieces
+        reader.feed(data[i : i + 7])
+        while (frame := reader.next_frame()) is not None:
+            out.append(frame)
+    assert out == frames
+    assert reader.pending() == 0

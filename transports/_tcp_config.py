@@ -1,0 +1,110 @@
+"""The configuration and the statistics of a token-ring node on TCP
+(:class:`~epto.transports.trio_tcp.TokenRingNode`), and the error its
+deliveries end with once the member is excluded."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+
+from epto import ConfigurationError, GroupKey, Limits, LocalProtocolError, ProcessId
+from epto.tokenring import TokenRingConfig
+
+from ._common import Address, OverflowPolicy, parse_host_port
+
+__all__ = ["MemberExcludedError", "TokenRingNodeConfig", "TokenRingNodeStatistics"]
+
+
+def _stream_limits() -> Limits:
+    # A catch-up carries up to 4096 sequenced messages (TokenRingProcess).
+    return Limits.for_frame_size(1 << 20, max_events_per_ball=4096)
+
+
+@attrs.frozen(kw_only=True)
+class TokenRingNodeConfig:
+    """How to run one token-ring node on TCP.
+
+    Bootstrap members all pass the same ``members`` (pid to ``"host:port"``,
+    this node included). A new identity joining a running group passes
+    ``contacts`` instead (some current members); it learns the other members'
+    addresses from them, and they learn its address from the hello at the
+    start of its streams (see :mod:`epto.transports._addresses`). Times are in
+    seconds.
+    """
+
+    pid: ProcessId
+    bind: Address = "127.0.0.1:0"
+    """Where this node listens; port 0 picks a free port (see ``node.address``)."""
+    members: Mapping[ProcessId, Address] = attrs.field(factory=dict)
+    contacts: Mapping[ProcessId, Address] = attrs.field(factory=dict)
+    """Join a running group through these members (a new identity)."""
+    advertise: Address | None = None
+    """The address announced to the others in hellos; default the bound
+    address, whose unspecified host (``0.0.0.0``) a receiver replaces by the
+    address the connection comes from."""
+    tokenring: TokenRingConfig = attrs.field(factory=TokenRingConfig)
+    group: int = 0
+    """Group id carried by every frame; frames of other groups are refused."""
+    group_key: GroupKey | None = None
+    """Seal every frame under this key (AEAD), bound to its receiver."""
+    limits: Limits = attrs.field(factory=_stream_limits)
+    """Frame bounds (every member must use the same). Token states and
+    catch-ups grow with the unstable messages, hence 1 MiB frames by default."""
+    seed: int | None = None
+    delivery_buffer: int = 100_000
+    overflow: OverflowPolicy = "fail"
+    reconnect_interval: float = 0.05
+    """Least time between two connection attempts to one peer."""
+    connect_timeout: float = 1.0
+    send_queue: int = 10_000
+    """Frames queued for one peer; beyond that new frames for it are dropped."""
+    flush_timeout: float = 5.0
+    """Seconds ``aclose()`` waits for this node's own broadcasts to be delivered."""
+
+    def __attrs_post_init__(self) -> None:
+        for what, book in (("members", self.members), ("contacts", self.contacts)):
+            for pid, address in book.items():
+                if not isinstance(pid, int) or not 0 <= pid < 2**64:
+                    raise ConfigurationError(f"{what}: process id out of range: {pid!r}")
+                parse_host_port(address)
+        if self.contacts and set(self.members) - {self.pid}:
+            raise ConfigurationError(
+                "TokenRingNodeConfig: bootstrap with 'members' or join through 'contacts', not both"
+            )
+        if self.pid in self.contacts:
+            raise ConfigurationError("TokenRingNodeConfig: a node cannot be its own contact")
+        if self.advertise is not None:
+            parse_host_port(self.advertise)
+
+
+class MemberExcludedError(LocalProtocolError):
+    """This member is out of the group's view for good (excluded by a view
+    change, its delivered prefix diverged, or it fell too far behind). The node
+    has stopped; to take part again, start a new node with a **new** process id
+    that joins through ``contacts``."""
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class TokenRingNodeStatistics:
+    """The process's counters and the transport's."""
+
+    role: str
+    view: int
+    instance: int
+    core: tuple[ProcessId, ...]
+    members: tuple[ProcessId, ...]
+    holds_token: bool
+    """This member holds the token now."""
+    broadcasts: int
+    delivered: int
+    frames_sent: int
+    frames_received: int
+    frames_dropped: int
+    """Frames lost to a broken or absent stream, or to a full send queue."""
+    connects: int
+    connect_failures: int
+    encode_failures: int
+    rejected: Mapping[str, int]
+    delivery_queue: int
+    deliveries_dropped: int
