@@ -123,10 +123,15 @@ def on_prepare(p: TokenRingProcess, sender: ProcessId, msg: Prepare, now: float)
     if p._acceptor.prepare(msg.ballot):
         _fence(p, now)
         snap = p._snap
-        events = tuple(p._book.entries(snap.low, snap.next_seq)) if msg.full else ()
+        accepted = p._acceptor.accepted
+        # A promise that carries an accepted value makes the proposer propose
+        # an accepted value, never one built from the reports: the payloads
+        # are left out, so that a promise carries at most one window.
+        full = msg.full and accepted is None
+        events = tuple(p._book.entries(snap.low, snap.next_seq)) if full else ()
         report = Report(state=snap, events=events, delivered=p._book.next_deliver)
         promise = Promise(
-            instance=msg.instance, ballot=msg.ballot, accepted=p._acceptor.accepted, report=report
+            instance=msg.instance, ballot=msg.ballot, accepted=accepted, report=report
         )
         p._to(sender, promise, now)
     else:

@@ -83,6 +83,38 @@ def take(p: TokenRingProcess, state: TokenState, before: int) -> None:
         p._send_all(Order(state=state, assigned=tuple(assigned)))
 
 
+def window_room(p: TokenRingProcess, token: TokenState) -> tuple[int, int]:
+    """How many messages, and how many bytes of them, the holder may still
+    sequence without taking the token's window (what a full view change
+    would exchange) beyond ``max_unstable_messages`` / ``max_unstable_bytes``.
+
+    An empty window admits one message whatever its size; a window whose
+    bytes are not all known here (a payload this member does not keep) counts
+    as full, which only pauses sequencing until the token has gone round."""
+    cfg = p.cfg
+    if not token.batches:
+        return cfg.max_unstable_messages, cfg.max_unstable_bytes
+    cache = p._window_bytes
+    book = p._book
+    used = 0
+    for b in token.batches:
+        known = cache.get(b.first)
+        if known is not None and known[0] == b.ids:
+            used += known[1]
+            continue
+        size = book.window_bytes(b.first, b.ids)
+        if size is None:
+            return 0, 0
+        cache[b.first] = (b.ids, size)
+        used += size
+    if len(cache) > 4 * len(token.batches) + 64:
+        low = token.batches[0].first
+        p._window_bytes = {f: v for f, v in cache.items() if f >= low}
+    count = cfg.max_unstable_messages - sum(len(b.ids) for b in token.batches)
+    room = cfg.max_unstable_bytes - used
+    return max(0, count), max(0, room)
+
+
 def pass_token(p: TokenRingProcess, now: float) -> None:
     token = p._token
     assert token is not None
@@ -90,7 +122,15 @@ def pass_token(p: TokenRingProcess, now: float) -> None:
     counters = dict(token.sources)
     for eid in [e for e in pool if e[1] < counters.get(e[0], 0)]:
         del pool[eid]
-    ids = seqr.pick(token, pool, p.cfg.max_batch)
+    count_room, byte_room = window_room(p, token)
+    ids = seqr.pick(
+        token,
+        pool,
+        min(p.cfg.max_batch, count_room),
+        room=byte_room,
+        cost=lambda eid: seqr.event_bytes(pool[eid]),
+        first_free=not token.batches,
+    )
     new = seqr.sequence(token, p.pid, ids, p.config.core, p._k())
     # Record the new assignments: the batches the new state still carries are
     # learned as batches (a snapshot carrying them again is then skipped); the
