@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import attrs
-
 from epto.transports.virtual import TokenRingCluster
 
 from epto import FrameCodec, Limits, LocalProtocolError, ProcessId
