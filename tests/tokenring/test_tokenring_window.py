@@ -4,17 +4,23 @@ unstable window (what a Promise, an Accept and a Decided carry) stays within
 
 from __future__ import annotations
 
+import random
+from collections import deque
 from collections.abc import Callable
 
 import attrs
+import pytest
 from epto.transports.virtual import TokenRingCluster
 
-from epto import FrameCodec, Limits, LocalProtocolError, ProcessId
-from epto.tokenring import TokenRingConfig, TokenRingProcess, token_ring_registry
-from epto.tokenring._messages import Accept, Decided, Promise
+from epto import ConfigurationError, FrameCodec, Limits, LocalProtocolError, ProcessId
+from epto.tokenring import TokenRingConfig, TokenRingProcess, TokenState, token_ring_registry
+from epto.tokenring._messages import Accept, Decided, Prepare, Promise, Token
+from epto.tokenring._sequencer import pick
 
 STREAM = Limits.for_frame_size(1 << 20, max_events_per_ball=4096)
-"""The TCP driver's default limits: 1 MiB frames."""
+"""1 MiB frames, as the TCP driver's (their default payload bound aside)."""
+STREAM_DEFAULT = Limits.for_frame_size(1 << 20, max_events_per_ball=4096, max_payload_size=524_224)
+"""The TCP driver's default limits."""
 CONSENSUS = (Promise, Accept, Decided)
 
 
@@ -26,6 +32,8 @@ class FrameAudit:
         self.encoded: dict[str, int] = {}
         self.failed: list[tuple[str, str]] = []
         self.largest = 0
+        self.token_window = 0
+        """Most messages any token state carried."""
 
     def wrap(self, pid: ProcessId, proc: TokenRingProcess) -> None:
         inner: Callable[[], list[tuple[ProcessId, object]]] = proc.messages_to_send  # type: ignore[assignment]
@@ -33,6 +41,9 @@ class FrameAudit:
         def messages_to_send() -> list[tuple[ProcessId, object]]:
             out = inner()
             for _, message in out:
+                if isinstance(message, Token):
+                    window = sum(len(b.ids) for b in message.state.batches)
+                    self.token_window = max(self.token_window, window)
                 if isinstance(message, CONSENSUS):
                     name = type(message).__name__
                     try:
@@ -89,6 +100,9 @@ def test_full_change_under_large_payloads_fits_the_frame_and_completes() -> None
     assert not audit.failed, audit.failed[:3]
     assert audit.encoded.get("Promise", 0) >= 1 and audit.encoded.get("Decided", 0) >= 1
     assert audit.largest <= STREAM.max_frame_size
+    # Every token carried at most the budget's worth of 4 KiB messages, and
+    # the budget did bind (the bursts would have filled more).
+    assert audit.token_window == CRASH.max_unstable_bytes // 4096
     survivors = [cluster.procs[p] for p in range(4)]
     assert all(p.statistics().full_changes == 1 for p in survivors)
     assert all(4 not in p.config.members for p in survivors)
@@ -97,3 +111,130 @@ def test_full_change_under_large_payloads_fits_the_frame_and_completes() -> None
     sequences = [cluster.delivered[p] for p in range(4)]
     assert all(s == sequences[0] for s in sequences)
     assert len(sequences[0]) == len(cluster.broadcasts)
+
+
+def test_the_default_budgets_fit_the_tcp_frame_and_the_relation_is_checked() -> None:
+    cfg = TokenRingConfig()
+    cfg.check_limits(STREAM_DEFAULT)
+    assert cfg.consensus_bytes() < STREAM_DEFAULT.max_frame_size
+    with pytest.raises(ConfigurationError, match="needs consensus frames"):
+        TokenRingConfig(max_unstable_bytes=1 << 20).check_limits(STREAM_DEFAULT)
+    with pytest.raises(ConfigurationError, match="max_events_per_ball"):
+        TokenRingConfig(max_unstable_messages=5000).check_limits(STREAM_DEFAULT)
+    with pytest.raises(ConfigurationError, match="max_payload_size"):
+        TokenRingConfig(max_unstable_bytes=1024).check_limits(STREAM_DEFAULT)
+    with pytest.raises(ConfigurationError, match="must be >= 1"):
+        TokenRingConfig(max_unstable_messages=0)
+
+
+def test_the_tcp_node_config_refuses_a_budget_beyond_its_frames() -> None:
+    from epto.transports.trio_tcp import TokenRingNodeConfig
+
+    TokenRingNodeConfig(pid=1, members={1: "127.0.0.1:9000"})
+    with pytest.raises(ConfigurationError, match="max_unstable_bytes"):
+        TokenRingNodeConfig(
+            pid=1,
+            members={1: "127.0.0.1:9000"},
+            tokenring=TokenRingConfig(max_unstable_bytes=2 << 20),
+        )
+    small = Limits.for_frame_size(8192, max_payload_size=2000, max_events_per_ball=16)
+    fitting = TokenRingConfig(max_unstable_bytes=4096, max_unstable_messages=16)
+    TokenRingNodeConfig(pid=1, members={1: "127.0.0.1:9000"}, limits=small, tokenring=fitting)
+    with pytest.raises(ConfigurationError):
+        TokenRingNodeConfig(pid=1, members={1: "127.0.0.1:9000"}, limits=small)
+
+
+def test_pick_stops_at_the_byte_budget_and_an_empty_window_admits_one() -> None:
+    state = TokenState(instance=0, hop=0, next_seq=0, low=0, stable=0, batches=())
+    pool = [(1, 0), (1, 1), (2, 0), (1, 2)]
+    size = {(1, 0): 40, (1, 1): 40, (2, 0): 30, (1, 2): 1}
+
+    def cost(eid: tuple[int, int]) -> int:
+        return size[eid]
+
+    assert pick(state, pool, 10, room=100, cost=cost) == [(1, 0), (1, 1)]
+    # The first that does not fit stops the choice (arrival order is kept).
+    assert pick(state, pool, 10, room=79, cost=cost) == [(1, 0)]
+    assert pick(state, pool, 10, room=10, cost=cost) == [(1, 0)]
+    assert pick(state, pool, 10, room=10, cost=cost, first_free=False) == []
+    assert pick(state, pool, 0, room=1000, cost=cost) == []
+
+
+def _three(**fields: object) -> dict[int, TokenRingProcess]:
+    cfg = TokenRingConfig(**fields)  # type: ignore[arg-type]
+    return {
+        p: TokenRingProcess(p, cfg, rng=random.Random(p), now=0.0, members=[1, 2, 3])
+        for p in (1, 2, 3)
+    }
+
+
+def _run(procs: dict[int, TokenRingProcess], until: float, sent: list[object]) -> None:
+    """Zero-delay FIFO links between ``procs``, timers in order."""
+    queue: deque[tuple[int, int, object]] = deque()
+    t = 0.0
+
+    def collect(proc: TokenRingProcess) -> None:
+        proc.deliveries()
+        for dest, message in proc.messages_to_send():
+            sent.append(message)
+            queue.append((proc.pid, dest, message))
+
+    for proc in procs.values():
+        collect(proc)
+    while True:
+        if queue:
+            src, dest, message = queue.popleft()
+            procs[dest].receive(src, message, t)  # type: ignore[arg-type]
+            collect(procs[dest])
+            continue
+        due = min(p.get_timer() for p in procs.values())
+        if due > until:
+            return
+        t = max(t, due)
+        for proc in procs.values():
+            if proc.get_timer() <= t:
+                proc.handle_timer(t)
+                collect(proc)
+
+
+def test_the_holder_pauses_while_the_window_is_full_and_everything_is_delivered() -> None:
+    procs = _three(max_unstable_bytes=1000)
+    ids = [procs[2].broadcast(bytes(300), 0.0) for _ in range(20)]
+    big = procs[3].broadcast(bytes(5000), 0.0)  # larger than the budget
+    sent: list[object] = []
+    _run(procs, 3.0, sent)
+    windows = [sum(len(b.ids) for b in m.state.batches) for m in sent if isinstance(m, Token)]
+    lone = [
+        m.state.batches
+        for m in sent
+        if isinstance(m, Token) and any(big in b.ids for b in m.state.batches)
+    ]
+    # 300-byte messages: at most three in a 1000-byte window; the 5000-byte
+    # one went through an empty window, alone.
+    assert max(windows) == 3
+    assert lone and all(len(batches) == 1 and batches[0].ids == (big,) for batches in lone)
+    sequences = [[d for d in p._book.log.values()] for p in procs.values()]
+    assert all(len(s) == 21 for s in sequences)
+    assert {e.id for e in sequences[0]} == set(ids) | {big}
+
+
+def test_a_promise_with_an_accepted_value_leaves_the_payloads_out() -> None:
+    procs = _three()
+    for i in range(5):
+        procs[1].broadcast(b"p%d" % i, 0.0)
+    proc = procs[1]
+    passed: list[Token] = []
+    while not passed:  # until it sequences the five and passes the token
+        proc.handle_timer(proc.get_timer())
+        passed += [m for _, m in proc.messages_to_send() if isinstance(m, Token)]
+    assert passed[0].state.next_seq == 5
+    first = Prepare(instance=0, ballot=(1, 1), full=True)
+    proc.receive(2, first, 0.01)
+    promise = next(m for _, m in proc.messages_to_send() if isinstance(m, Promise))
+    assert promise.accepted is None and len(promise.report.events) == 5
+    value = proc.config
+    proc.receive(2, Accept(instance=0, ballot=(1, 1), value=value), 0.02)
+    proc.receive(2, Prepare(instance=0, ballot=(2, 1), full=True), 0.03)
+    again = next(m for _, m in proc.messages_to_send() if isinstance(m, Promise))
+    assert again.accepted == ((1, 1), value)
+    assert again.report.events == ()
