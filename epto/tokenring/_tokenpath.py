@@ -65,8 +65,22 @@ def try_accept(p: TokenRingProcess, now: float) -> None:
     p._take(accepted, state.stable)
     p._token = accepted
     # With a full batch waiting, pass at once (see _hurry_token).
-    full = len(p._book.pool) >= min(p.cfg.max_batch, seqr.BATCH_IDS)
-    p._pass_at = now if full else now + p.cfg.token_hold
+    p._pass_at = now if hurry(p, accepted) else now + p.cfg.token_hold
+
+
+def hurry(p: TokenRingProcess, token: TokenState) -> bool:
+    """Whether the holder of ``token`` passes it at once instead of holding it
+    ``token_hold``: a full batch is waiting, and either the window has room
+    for it or passing drains the window (the core has ``k`` members, so the
+    batches it carries become stable and leave it once every core member
+    accepted). A token whose window cannot drain (a core below ``k``) is held
+    as usual instead of going round at the links' speed."""
+    if len(p._book.pool) < min(p.cfg.max_batch, seqr.BATCH_IDS):
+        return False
+    if len(p.config.core) >= p._k():
+        return True
+    count, room = window_room(p, token)
+    return count > 0 and room > 0
 
 
 def take(p: TokenRingProcess, state: TokenState, before: int) -> None:
