@@ -13,9 +13,16 @@ import pytest
 from epto.transports.virtual import TokenRingCluster
 
 from epto import ConfigurationError, FrameCodec, Limits, LocalProtocolError, ProcessId
-from epto.tokenring import TokenRingConfig, TokenRingProcess, TokenState, token_ring_registry
+from epto.tokenring import (
+    RingConfig,
+    TokenRingConfig,
+    TokenRingProcess,
+    TokenState,
+    token_ring_registry,
+)
+from epto.tokenring._change import install
 from epto.tokenring._messages import Accept, Decided, Prepare, Promise, Token
-from epto.tokenring._sequencer import pick
+from epto.tokenring._sequencer import pick, relabel
 
 STREAM = Limits.for_frame_size(1 << 20, max_events_per_ball=4096)
 """1 MiB frames, as the TCP driver's (their default payload bound aside)."""
@@ -168,10 +175,18 @@ def _three(**fields: object) -> dict[int, TokenRingProcess]:
     }
 
 
-def _run(procs: dict[int, TokenRingProcess], until: float, sent: list[object]) -> None:
-    """Zero-delay FIFO links between ``procs``, timers in order."""
+def _run(
+    procs: dict[int, TokenRingProcess],
+    until: float,
+    sent: list[object],
+    *,
+    start: float = 0.0,
+    max_messages: int = 1_000_000,
+) -> None:
+    """Zero-delay FIFO links between ``procs``, timers in order; stops after
+    ``max_messages`` sends (a token going round without pause)."""
     queue: deque[tuple[int, int, object]] = deque()
-    t = 0.0
+    t = start
 
     def collect(proc: TokenRingProcess) -> None:
         proc.deliveries()
@@ -182,8 +197,12 @@ def _run(procs: dict[int, TokenRingProcess], until: float, sent: list[object]) -
     for proc in procs.values():
         collect(proc)
     while True:
+        if len(sent) >= max_messages:
+            return
         if queue:
             src, dest, message = queue.popleft()
+            if dest not in procs:
+                continue  # a member that is not simulated
             procs[dest].receive(src, message, t)  # type: ignore[arg-type]
             collect(procs[dest])
             continue
@@ -238,3 +257,30 @@ def test_a_promise_with_an_accepted_value_leaves_the_payloads_out() -> None:
     again = next(m for _, m in proc.messages_to_send() if isinstance(m, Promise))
     assert again.accepted == ((1, 1), value)
     assert again.report.events == ()
+
+
+def test_a_full_window_that_cannot_drain_does_not_send_the_token_round_at_link_speed() -> None:
+    """Core of two in a view of five (k = 3): nothing becomes stable, so the
+    window stays full; with a full batch waiting the holders still hold the
+    token ``token_hold`` instead of passing it at once, again and again."""
+    cfg = TokenRingConfig(max_unstable_messages=4, max_batch=4)
+    members = [1, 2, 3, 4, 5]
+    procs = {
+        p: TokenRingProcess(p, cfg, rng=random.Random(p), now=0.0, members=members) for p in (1, 2)
+    }
+    core = (1, 2)
+    for proc in procs.values():
+        state = relabel(proc._snap, 1, core, cfg.effective_k(5, 2))
+        config = RingConfig(instance=1, view=0, members=tuple(members), core=core, state=state)
+        install(proc, config, 0.0)
+        proc.messages_to_send()
+    for i in range(40):
+        procs[1 + i % 2].broadcast(b"w%d" % i, 0.0)
+    sent: list[object] = []
+    # Members 3-5 are silent: stop before they are suspected (0.3 s).
+    _run(procs, 0.25, sent, max_messages=20_000)
+    tokens = [m for m in sent if isinstance(m, Token)]
+    assert max(sum(len(b.ids) for b in m.state.batches) for m in tokens) == 4
+    assert all(m.state.stable == 0 for m in tokens)
+    # About one pass per token_hold (5 ms), not thousands.
+    assert 20 <= len(tokens) <= 80
