@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._event import ProcessId
+import attrs
+
+from .._event import Event, ProcessId
 from . import _sequencer as seqr
 from ._consensus import Acceptor, Proposer
 from ._membership import Input, Role, install_input, transition, wanted_change
@@ -124,11 +126,14 @@ def on_prepare(p: TokenRingProcess, sender: ProcessId, msg: Prepare, now: float)
         _fence(p, now)
         snap = p._snap
         accepted = p._acceptor.accepted
-        # A promise that carries an accepted value makes the proposer propose
-        # an accepted value, never one built from the reports: the payloads
-        # are left out, so that a promise carries at most one window.
-        full = msg.full and accepted is None
-        events = tuple(p._book.entries(snap.low, snap.next_seq)) if full else ()
+        events: tuple[tuple[int, Event], ...] = ()
+        if accepted is not None:
+            # The proposer will propose an accepted value, never one built
+            # from the reports: leave the window (payloads, batches) out, so
+            # that a promise carries at most one window.
+            snap = attrs.evolve(snap, batches=())
+        elif msg.full:
+            events = tuple(p._book.entries(snap.low, snap.next_seq))
         report = Report(state=snap, events=events, delivered=p._book.next_deliver)
         promise = Promise(
             instance=msg.instance, ballot=msg.ballot, accepted=accepted, report=report

@@ -17,9 +17,10 @@ AUTO_TOKEN_RING_MAX_GROUP = 30
 
 UNSTABLE_MESSAGE_OVERHEAD = 96
 """Bytes a consensus message spends on one unstable message besides its
-payload and signature: its sequence number and event header (37), its id in
-the token states the message carries (at most 20 each, as a run of one) and
-its share of a batch (first position, run and holder counts)."""
+payload and signature: its sequence number and event header (37) and its id
+in the one token state that comes with the payloads (at most 20, as a run of
+one), rounded up. The batches' own bytes (first position, counts, holders)
+are charged to ``max_unstable_bytes`` by the holder."""
 CONSENSUS_FIXED_OVERHEAD = 1024
 """Bytes of a consensus message besides the unstable messages, as the frame
 check counts them: ballots, counters, the token state's header. Member,
@@ -85,7 +86,8 @@ class TokenRingConfig:
     ``max_unstable_messages`` bound it."""
     max_unstable_bytes: int = attrs.field(default=512 * 1024)
     """Most payload and signature bytes of the messages the token carries
-    (sequenced, not yet known to every core member): the holder stops
+    (sequenced, not yet known to every core member), plus 16 bytes and 8 per
+    member of the view for each batch they are listed in: the holder stops
     sequencing while one more message would exceed it (a message larger than
     the budget is sequenced alone once the window is empty). A full view
     change sends this window in one Promise, Accept and Decided, so it must

@@ -94,10 +94,10 @@ class TokenRingProcess:
         self._pending: tuple[ProcessId, TokenState] | None = None
         self._passed: tuple[ProcessId, TokenState, float] | None = None
         self._accepted_hop = -1
+        """Hop of the last token of the current configuration accepted here."""
         self._window_bytes: dict[int, tuple[tuple[EventId, ...], int]] = {}
         """Bytes of the token's batches (first position -> ids, bytes), see
         ``_tokenpath.window_room``."""
-        """Hop of the last token of the current configuration accepted here."""
         self._pass_at = math.inf
         self._deliver_at = math.inf
         """Due when a delivery was cut at DELIVER_CHUNK messages."""

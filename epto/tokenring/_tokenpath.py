@@ -102,12 +102,15 @@ def window_room(p: TokenRingProcess, token: TokenState) -> tuple[int, int]:
     sequence without taking the token's window (what a full view change
     would exchange) beyond ``max_unstable_messages`` / ``max_unstable_bytes``.
 
-    An empty window admits one message whatever its size; a window whose
-    bytes are not all known here (a payload this member does not keep) counts
-    as full, which only pauses sequencing until the token has gone round."""
+    The bytes are the messages' payloads and signatures plus, per batch (the
+    one this visit would add included), :func:`batch_bytes`. An empty window
+    admits one message whatever its size; a window whose bytes are not all
+    known here (a payload this member does not keep) counts as full, which
+    only pauses sequencing until the token has gone round."""
     cfg = p.cfg
+    per_batch = batch_bytes(len(p.config.members))
     if not token.batches:
-        return cfg.max_unstable_messages, cfg.max_unstable_bytes
+        return cfg.max_unstable_messages, max(0, cfg.max_unstable_bytes - per_batch)
     cache = p._window_bytes
     book = p._book
     used = 0
@@ -125,8 +128,17 @@ def window_room(p: TokenRingProcess, token: TokenState) -> tuple[int, int]:
         low = token.batches[0].first
         p._window_bytes = {f: v for f, v in cache.items() if f >= low}
     count = cfg.max_unstable_messages - sum(len(b.ids) for b in token.batches)
-    room = cfg.max_unstable_bytes - used
+    room = cfg.max_unstable_bytes - used - per_batch * (len(token.batches) + 1)
     return max(0, count), max(0, room)
+
+
+def batch_bytes(members: int) -> int:
+    """What one batch of the window counts against ``max_unstable_bytes``
+    besides its messages: its first position, run and holder counts, and a
+    holder id per member of the view (its holders are members of the view).
+    Charged to the budget so that a window of many small batches fits the
+    frame as well as one of a few large ones."""
+    return 16 + 8 * members
 
 
 def pass_token(p: TokenRingProcess, now: float) -> None:

@@ -12,7 +12,7 @@ import attrs
 import pytest
 from epto.transports.virtual import TokenRingCluster
 
-from epto import ConfigurationError, FrameCodec, Limits, LocalProtocolError, ProcessId
+from epto import ConfigurationError, Event, FrameCodec, Limits, LocalProtocolError, ProcessId
 from epto.tokenring import (
     RingConfig,
     TokenRingConfig,
@@ -21,8 +21,9 @@ from epto.tokenring import (
     token_ring_registry,
 )
 from epto.tokenring._change import install
-from epto.tokenring._messages import Accept, Decided, Prepare, Promise, Token
+from epto.tokenring._messages import Accept, Batch, Decided, Prepare, Promise, Report, Token
 from epto.tokenring._sequencer import pick, relabel
+from epto.tokenring._tokenpath import batch_bytes
 
 STREAM = Limits.for_frame_size(1 << 20, max_events_per_ball=4096)
 """1 MiB frames, as the TCP driver's (their default payload bound aside)."""
@@ -107,9 +108,11 @@ def test_full_change_under_large_payloads_fits_the_frame_and_completes() -> None
     assert not audit.failed, audit.failed[:3]
     assert audit.encoded.get("Promise", 0) >= 1 and audit.encoded.get("Decided", 0) >= 1
     assert audit.largest <= STREAM.max_frame_size
-    # Every token carried at most the budget's worth of 4 KiB messages, and
-    # the budget did bind (the bursts would have filled more).
-    assert audit.token_window == CRASH.max_unstable_bytes // 4096
+    # Every token carried at most the budget's worth of 4 KiB messages (the
+    # batches' own bytes count too), and the budget did bind (the bursts would
+    # have filled more).
+    most = CRASH.max_unstable_bytes // 4096
+    assert most - 4 <= audit.token_window < most
     survivors = [cluster.procs[p] for p in range(4)]
     assert all(p.statistics().full_changes == 1 for p in survivors)
     assert all(4 not in p.config.members for p in survivors)
@@ -237,7 +240,7 @@ def test_the_holder_pauses_while_the_window_is_full_and_everything_is_delivered(
     assert {e.id for e in sequences[0]} == set(ids) | {big}
 
 
-def test_a_promise_with_an_accepted_value_leaves_the_payloads_out() -> None:
+def test_a_promise_with_an_accepted_value_leaves_the_window_out() -> None:
     procs = _three()
     for i in range(5):
         procs[1].broadcast(b"p%d" % i, 0.0)
@@ -256,7 +259,8 @@ def test_a_promise_with_an_accepted_value_leaves_the_payloads_out() -> None:
     proc.receive(2, Prepare(instance=0, ballot=(2, 1), full=True), 0.03)
     again = next(m for _, m in proc.messages_to_send() if isinstance(m, Promise))
     assert again.accepted == ((1, 1), value)
-    assert again.report.events == ()
+    assert again.report.events == () and again.report.state.batches == ()
+    assert promise.report.state.batches
 
 
 def test_a_full_window_that_cannot_drain_does_not_send_the_token_round_at_link_speed() -> None:
@@ -284,3 +288,38 @@ def test_a_full_window_that_cannot_drain_does_not_send_the_token_round_at_link_s
     assert all(m.state.stable == 0 for m in tokens)
     # About one pass per token_hold (5 ms), not thousands.
     assert 20 <= len(tokens) <= 80
+
+
+def test_a_window_at_the_budgets_fits_the_default_frame_in_the_worst_layout() -> None:
+    """4096 messages in 4096 batches of one (ids in runs of one, every batch
+    held by all five members), with payloads filling the byte budget once the
+    batches' own bytes are charged: the Promise, Accept and Decided of a full
+    change still fit a 1 MiB frame, within ``consensus_bytes()``."""
+    cfg = TokenRingConfig()
+    members = (1, 2, 3, 4, 5)
+    n = cfg.max_unstable_messages
+    per_batch = batch_bytes(len(members))
+    payload = bytes(cfg.max_unstable_bytes // n - per_batch)
+    events = [Event(source=1 + i % 5, seq=2 * i, ts=0, payload=payload) for i in range(n)]
+    batches = tuple(
+        Batch(first=i, ids=(e.id,), holders=frozenset(members)) for i, e in enumerate(events)
+    )
+    assert len(payload) * n + per_batch * n <= cfg.max_unstable_bytes
+    state = TokenState(
+        instance=3, hop=9, next_seq=n, low=0, stable=0, batches=batches,
+        sources=tuple((s, 2 * n) for s in members),
+    )  # fmt: skip
+    entries = tuple(enumerate(events))
+    report = Report(state=state, events=entries, delivered=0)
+    promise = Promise(instance=3, ballot=(2, 1), accepted=None, report=report)
+    empty = TokenState(instance=4, hop=0, next_seq=0, low=0, stable=0, batches=())
+    ring = RingConfig(
+        instance=4, view=1, members=members, core=members, state=empty, events=entries, full=True
+    )
+    bare = Report(state=attrs.evolve(state, batches=()), events=(), delivered=0)
+    with_accepted = Promise(instance=3, ballot=(3, 1), accepted=((2, 1), ring), report=bare)
+    codec = FrameCodec(group=0, limits=STREAM_DEFAULT, registry=token_ring_registry())
+    for message in (promise, with_accepted, Accept(instance=3, ballot=(2, 1), value=ring)):
+        (frame,) = codec.encode(1, message)
+        assert len(frame) <= cfg.consensus_bytes() + 1024  # lists of five members
+    assert cfg.consensus_bytes() + 1024 < STREAM_DEFAULT.max_frame_size
