@@ -3,7 +3,7 @@
     .venv/bin/python scripts/token_ring_schedules.py --seeds 0:200
     .venv/bin/python scripts/token_ring_schedules.py --seeds 1000:1100 --k 1
     .venv/bin/python scripts/token_ring_schedules.py --seeds 2000:2050 --members 10
-    .venv/bin/python scripts/token_ring_schedules.py --seeds 0:200 --window-bytes 16
+    .venv/bin/python scripts/token_ring_schedules.py --seeds 0:200 --window-bytes 120
 
 Each seed is one ``random_run`` of tests/tokenring/tokenring_scenarios.py
 (three of: crash of the token holder, crash of any member, a flapping member,
