@@ -3,6 +3,7 @@
     .venv/bin/python scripts/token_ring_schedules.py --seeds 0:200
     .venv/bin/python scripts/token_ring_schedules.py --seeds 1000:1100 --k 1
     .venv/bin/python scripts/token_ring_schedules.py --seeds 2000:2050 --members 10
+    .venv/bin/python scripts/token_ring_schedules.py --seeds 0:200 --window-bytes 120
 
 Each seed is one ``random_run`` of tests/tokenring/tokenring_scenarios.py
 (three of: crash of the token holder, crash of any member, a flapping member,
@@ -30,12 +31,18 @@ def main() -> int:
     parser.add_argument("--seeds", default="0:200", help="START:END (default 0:200)")
     parser.add_argument("--members", type=int, default=5)
     parser.add_argument("--k", type=int, default=None)
+    parser.add_argument(
+        "--window-bytes",
+        type=int,
+        default=None,
+        help="TokenRingConfig.max_unstable_bytes (default: the config's)",
+    )
     args = parser.parse_args()
     start, end = (int(x) for x in args.seeds.split(":"))
     problems = 0
     wall = time.perf_counter()
     for seed in range(start, end):
-        cluster = random_run(seed, n=args.members, k=args.k)
+        cluster = random_run(seed, n=args.members, k=args.k, window_bytes=args.window_bytes)
         found: list[str] = []
         report = staying_report(cluster)
         if not report.ok:
@@ -54,7 +61,8 @@ def main() -> int:
             print(f"seed {seed}: " + "; ".join(found))
     runs = end - start
     print(
-        f"{runs} schedules, {args.members} members, k={args.k or 'majority'}: "
+        f"{runs} schedules, {args.members} members, k={args.k or 'majority'}"
+        f"{'' if args.window_bytes is None else f', window {args.window_bytes} bytes'}: "
         f"{problems} with a violation ({time.perf_counter() - wall:.0f} s)"
     )
     return 1 if problems else 0

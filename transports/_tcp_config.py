@@ -17,8 +17,9 @@ __all__ = ["MemberExcludedError", "TokenRingNodeConfig", "TokenRingNodeStatistic
 
 
 def _stream_limits() -> Limits:
-    # A catch-up carries up to 4096 sequenced messages (TokenRingProcess).
-    return Limits.for_frame_size(1 << 20, max_events_per_ball=4096)
+    # A catch-up carries up to 4096 sequenced messages (TokenRingProcess); a
+    # payload is at most the default window budget (TokenRingConfig.check_limits).
+    return Limits.for_frame_size(1 << 20, max_events_per_ball=4096, max_payload_size=524_224)
 
 
 @attrs.frozen(kw_only=True)
@@ -76,6 +77,8 @@ class TokenRingNodeConfig:
             raise ConfigurationError("TokenRingNodeConfig: a node cannot be its own contact")
         if self.advertise is not None:
             parse_host_port(self.advertise)
+        # A full view change sends the unstable window in one frame.
+        self.tokenring.check_limits(self.limits)
 
 
 class MemberExcludedError(LocalProtocolError):

@@ -123,7 +123,6 @@ def token_ring_node_config(config: NodeConfig) -> TokenRingNodeConfig:
         members=members,
         contacts=dict(config.contacts),
         advertise=config.advertise,
-        tokenring=config.tokenring,
         group=config.group,
         group_key=config.group_key,
         seed=config.seed,
@@ -131,6 +130,6 @@ def token_ring_node_config(config: NodeConfig) -> TokenRingNodeConfig:
         overflow=config.overflow,
         flush_timeout=config.flush_timeout,
     )
-    if config.limits != Limits():
-        result = attrs.evolve(result, limits=config.limits)
-    return result
+    # Set together: the window budgets are checked against the limits.
+    limits = result.limits if config.limits == Limits() else config.limits
+    return attrs.evolve(result, tokenring=config.tokenring, limits=limits)

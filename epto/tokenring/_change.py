@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._event import ProcessId
+import attrs
+
+from .._event import Event, ProcessId
 from . import _sequencer as seqr
 from ._consensus import Acceptor, Proposer
 from ._membership import Input, Role, install_input, transition, wanted_change
@@ -123,10 +125,18 @@ def on_prepare(p: TokenRingProcess, sender: ProcessId, msg: Prepare, now: float)
     if p._acceptor.prepare(msg.ballot):
         _fence(p, now)
         snap = p._snap
-        events = tuple(p._book.entries(snap.low, snap.next_seq)) if msg.full else ()
+        accepted = p._acceptor.accepted
+        events: tuple[tuple[int, Event], ...] = ()
+        if accepted is not None:
+            # The proposer will propose an accepted value, never one built
+            # from the reports: leave the window (payloads, batches) out, so
+            # that a promise carries at most one window.
+            snap = attrs.evolve(snap, batches=())
+        elif msg.full:
+            events = tuple(p._book.entries(snap.low, snap.next_seq))
         report = Report(state=snap, events=events, delivered=p._book.next_deliver)
         promise = Promise(
-            instance=msg.instance, ballot=msg.ballot, accepted=p._acceptor.accepted, report=report
+            instance=msg.instance, ballot=msg.ballot, accepted=accepted, report=report
         )
         p._to(sender, promise, now)
     else:

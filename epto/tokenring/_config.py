@@ -10,9 +10,22 @@ from __future__ import annotations
 import attrs
 
 from .._errors import ConfigurationError
+from .._limits import HEADER_SIZE, SEAL_OVERHEAD, SIGNATURE_SIZE, Limits
 
 AUTO_TOKEN_RING_MAX_GROUP = 30
 """Largest group for which ``mode="auto"`` picks the token ring over EpTO."""
+
+UNSTABLE_MESSAGE_OVERHEAD = 96
+"""Bytes a consensus message spends on one unstable message besides its
+payload and signature: its sequence number and event header (37) and its id
+in the one token state that comes with the payloads (at most 20, as a run of
+one), rounded up. The batches' own bytes (first position, counts, holders)
+are charged to ``max_unstable_bytes`` by the holder."""
+CONSENSUS_FIXED_OVERHEAD = 1024
+"""Bytes of a consensus message besides the unstable messages, as the frame
+check counts them: ballots, counters, the token state's header. Member,
+source and start lists take 8 to 32 bytes per identity on top; the default
+budgets leave over 100 KiB of a 1 MiB frame for them."""
 
 
 def _positive(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
@@ -69,7 +82,20 @@ class TokenRingConfig:
     """Most messages one token visit sequences (the token lists them in
     batches of at most 1024 ids). Everything the token carries until every
     core member holds it (about one visit per core member) is what a full view
-    change exchanges in one message: keep it within the transport's frame."""
+    change exchanges in one message; ``max_unstable_bytes`` and
+    ``max_unstable_messages`` bound it."""
+    max_unstable_bytes: int = attrs.field(default=512 * 1024)
+    """Most payload and signature bytes of the messages the token carries
+    (sequenced, not yet known to every core member), plus 16 bytes and 8 per
+    member of the view for each batch they are listed in: the holder stops
+    sequencing while one more message would exceed it (a message larger than
+    the budget is sequenced alone once the window is empty). A full view
+    change sends this window in one Promise, Accept and Decided, so it must
+    fit the transport's frame (:meth:`check_limits`)."""
+    max_unstable_messages: int = attrs.field(default=4096)
+    """Most messages the token carries (the same window, counted in messages;
+    a consensus message lists them in one list of at most
+    ``Limits.max_events_per_ball``)."""
 
     def __attrs_post_init__(self) -> None:
         if self.k is not None and (not isinstance(self.k, int) or self.k < 1):
@@ -78,6 +104,10 @@ class TokenRingConfig:
             raise ConfigurationError("TokenRingConfig.log_retention must be >= 1")
         if self.max_batch < 1:
             raise ConfigurationError("TokenRingConfig.max_batch must be >= 1")
+        if self.max_unstable_bytes < 1 or self.max_unstable_messages < 1:
+            raise ConfigurationError(
+                "TokenRingConfig.max_unstable_bytes and max_unstable_messages must be >= 1"
+            )
         if self.exclude_timeout <= self.suspect_timeout:
             raise ConfigurationError(
                 "TokenRingConfig.exclude_timeout must exceed suspect_timeout "
@@ -86,6 +116,41 @@ class TokenRingConfig:
         if self.suspect_timeout <= self.heartbeat_interval:
             raise ConfigurationError(
                 "TokenRingConfig.suspect_timeout must exceed heartbeat_interval"
+            )
+
+    def consensus_bytes(self) -> int:
+        """Largest frame body a Promise, Accept or Decided of a full view
+        change needs for a window at the budgets (see :meth:`check_limits`)."""
+        return (
+            self.max_unstable_bytes
+            + self.max_unstable_messages * UNSTABLE_MESSAGE_OVERHEAD
+            + CONSENSUS_FIXED_OVERHEAD
+        )
+
+    def check_limits(self, limits: Limits) -> None:
+        """Raise ``ConfigurationError`` unless a full view change fits frames of
+        ``limits`` (sealed): the window at the budgets plus its overhead
+        (:meth:`consensus_bytes`) fits ``max_frame_size``, its message count
+        fits ``max_events_per_ball``, and one message of ``max_payload_size``
+        (signed) fits ``max_unstable_bytes``, so that a window never exceeds
+        the budgets."""
+        room = limits.max_frame_size - HEADER_SIZE - SEAL_OVERHEAD
+        if self.consensus_bytes() > room:
+            raise ConfigurationError(
+                f"TokenRingConfig.max_unstable_bytes={self.max_unstable_bytes} with "
+                f"max_unstable_messages={self.max_unstable_messages} needs consensus "
+                f"frames of {self.consensus_bytes()} bytes, more than the "
+                f"{room} a frame of max_frame_size={limits.max_frame_size} carries"
+            )
+        if self.max_unstable_messages > limits.max_events_per_ball:
+            raise ConfigurationError(
+                f"TokenRingConfig.max_unstable_messages={self.max_unstable_messages} "
+                f"exceeds Limits.max_events_per_ball={limits.max_events_per_ball}"
+            )
+        if limits.max_payload_size + SIGNATURE_SIZE > self.max_unstable_bytes:
+            raise ConfigurationError(
+                f"Limits.max_payload_size={limits.max_payload_size} (signed) exceeds "
+                f"TokenRingConfig.max_unstable_bytes={self.max_unstable_bytes}"
             )
 
     def scaled(self, factor: float) -> TokenRingConfig:

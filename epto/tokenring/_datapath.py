@@ -16,6 +16,7 @@ import attrs
 
 from .._event import Delivery, Event, ProcessId
 from . import _sequencer as seqr
+from . import _tokenpath
 from ._membership import Input, Role
 from ._messages import Catchup, Data, DataBatch, Fetch, Order, TokenState
 
@@ -46,7 +47,7 @@ def on_data_batch(p: TokenRingProcess, sender: ProcessId, msg: DataBatch, now: f
 def hurry_token(p: TokenRingProcess, now: float) -> None:
     if p._token is None:
         return
-    if len(p._book.pool) >= min(p.cfg.max_batch, seqr.BATCH_IDS):
+    if _tokenpath.hurry(p, p._token):
         # A full batch is waiting: holding the token longer gains nothing.
         p._pass_at = min(p._pass_at, now)
     elif len(p.config.core) == 1:

@@ -95,6 +95,9 @@ class TokenRingProcess:
         self._passed: tuple[ProcessId, TokenState, float] | None = None
         self._accepted_hop = -1
         """Hop of the last token of the current configuration accepted here."""
+        self._window_bytes: dict[int, tuple[tuple[EventId, ...], int]] = {}
+        """Bytes of the token's batches (first position -> ids, bytes), see
+        ``_tokenpath.window_room``."""
         self._pass_at = math.inf
         self._deliver_at = math.inf
         """Due when a delivery was cut at DELIVER_CHUNK messages."""

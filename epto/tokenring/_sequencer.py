@@ -15,7 +15,7 @@ the states of one token form a chain ordered by ``hop``.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import attrs
 
@@ -26,6 +26,12 @@ from ._messages import Batch, TokenState
 BATCH_IDS = 1024
 """Most ids one batch of the token lists (the default ``Limits.max_events_per_ball``);
 a token visit that sequences more adds several batches."""
+
+
+def event_bytes(event: Event) -> int:
+    """What one message counts against ``TokenRingConfig.max_unstable_bytes``:
+    its payload and signature."""
+    return len(event.payload) + len(event.signature)
 
 
 def chain(digest: int, eid: EventId) -> int:
@@ -47,7 +53,15 @@ def accept(state: TokenState, me: ProcessId, core: Iterable[ProcessId], k: int) 
     return _settle(state, batches, core_set, k, hop=state.hop + 1)
 
 
-def pick(state: TokenState, pool: Iterable[EventId], limit: int) -> list[EventId]:
+def pick(
+    state: TokenState,
+    pool: Iterable[EventId],
+    limit: int,
+    *,
+    room: int | None = None,
+    cost: Callable[[EventId], int] | None = None,
+    first_free: bool = True,
+) -> list[EventId]:
     """The ids of ``pool`` to sequence next, grouped by source.
 
     Every source's messages are sequenced in the order of their ``seq``, with
@@ -56,11 +70,23 @@ def pick(state: TokenState, pool: Iterable[EventId], limit: int) -> list[EventId
     choice follows the pool's arrival order; the chosen ids are then listed
     source by source (each source's in ``seq`` order), so that a batch is a
     few runs of consecutive ids.
+
+    With ``room`` (bytes) and ``cost`` (bytes of one message), the choice stops
+    at the first message that would take the chosen messages' cost beyond
+    ``room``; with ``first_free`` the first message is chosen whatever its
+    cost (an empty window admits a message larger than the budget).
     """
     expected = dict(state.sources)
     out: list[EventId] = []
+    if limit < 1:
+        return out
     for source, seq in pool:
         if seq == expected.get(source, 0):
+            if room is not None and cost is not None:
+                c = cost((source, seq))
+                if c > room and (out or not first_free):
+                    break
+                room -= c
             out.append((source, seq))
             expected[source] = seq + 1
             if len(out) >= limit:
@@ -170,6 +196,19 @@ class OrderBook:
 
     def payload(self, eid: EventId) -> Event | None:
         return self._held.get(eid) or self.pool.get(eid)
+
+    def window_bytes(self, first: int, ids: Iterable[EventId]) -> int | None:
+        """:func:`event_bytes` of the messages sequenced at ``first``, ``first + 1``,
+        ... (``ids``), delivered or held here; None if one is not here."""
+        total = 0
+        log = self.log
+        held = self._held
+        for seq, eid in enumerate(ids, first):
+            event = log.get(seq) if seq < self.next_deliver else held.get(eid)
+            if event is None:
+                return None
+            total += len(event.payload) + len(event.signature)
+        return total
 
     # -- assignments ---------------------------------------------------------
 

@@ -65,8 +65,22 @@ def try_accept(p: TokenRingProcess, now: float) -> None:
     p._take(accepted, state.stable)
     p._token = accepted
     # With a full batch waiting, pass at once (see _hurry_token).
-    full = len(p._book.pool) >= min(p.cfg.max_batch, seqr.BATCH_IDS)
-    p._pass_at = now if full else now + p.cfg.token_hold
+    p._pass_at = now if hurry(p, accepted) else now + p.cfg.token_hold
+
+
+def hurry(p: TokenRingProcess, token: TokenState) -> bool:
+    """Whether the holder of ``token`` passes it at once instead of holding it
+    ``token_hold``: a full batch is waiting, and either the window has room
+    for it or passing drains the window (the core has ``k`` members, so the
+    batches it carries become stable and leave it once every core member
+    accepted). A token whose window cannot drain (a core below ``k``) is held
+    as usual instead of going round at the links' speed."""
+    if len(p._book.pool) < min(p.cfg.max_batch, seqr.BATCH_IDS):
+        return False
+    if len(p.config.core) >= p._k():
+        return True
+    count, room = window_room(p, token)
+    return count > 0 and room > 0
 
 
 def take(p: TokenRingProcess, state: TokenState, before: int) -> None:
@@ -83,6 +97,50 @@ def take(p: TokenRingProcess, state: TokenState, before: int) -> None:
         p._send_all(Order(state=state, assigned=tuple(assigned)))
 
 
+def window_room(p: TokenRingProcess, token: TokenState) -> tuple[int, int]:
+    """How many messages, and how many bytes of them, the holder may still
+    sequence without taking the token's window (what a full view change
+    would exchange) beyond ``max_unstable_messages`` / ``max_unstable_bytes``.
+
+    The bytes are the messages' payloads and signatures plus, per batch (the
+    one this visit would add included), :func:`batch_bytes`. An empty window
+    admits one message whatever its size; a window whose bytes are not all
+    known here (a payload this member does not keep) counts as full, which
+    only pauses sequencing until the token has gone round."""
+    cfg = p.cfg
+    per_batch = batch_bytes(len(p.config.members))
+    if not token.batches:
+        return cfg.max_unstable_messages, max(0, cfg.max_unstable_bytes - per_batch)
+    cache = p._window_bytes
+    book = p._book
+    used = 0
+    for b in token.batches:
+        known = cache.get(b.first)
+        if known is not None and known[0] == b.ids:
+            used += known[1]
+            continue
+        size = book.window_bytes(b.first, b.ids)
+        if size is None:
+            return 0, 0
+        cache[b.first] = (b.ids, size)
+        used += size
+    if len(cache) > 4 * len(token.batches) + 64:
+        low = token.batches[0].first
+        p._window_bytes = {f: v for f, v in cache.items() if f >= low}
+    count = cfg.max_unstable_messages - sum(len(b.ids) for b in token.batches)
+    room = cfg.max_unstable_bytes - used - per_batch * (len(token.batches) + 1)
+    return max(0, count), max(0, room)
+
+
+def batch_bytes(members: int) -> int:
+    """What one batch of the window counts against ``max_unstable_bytes``
+    besides its messages: its first position, run and holder counts, and a
+    holder id per member of the view (its holders are members of the view).
+    Charged to the budget so that a window of many small batches fits the
+    frame as well as one of a few large ones."""
+    return 16 + 8 * members
+
+
 def pass_token(p: TokenRingProcess, now: float) -> None:
     token = p._token
     assert token is not None
@@ -90,7 +148,15 @@ def pass_token(p: TokenRingProcess, now: float) -> None:
     counters = dict(token.sources)
     for eid in [e for e in pool if e[1] < counters.get(e[0], 0)]:
         del pool[eid]
-    ids = seqr.pick(token, pool, p.cfg.max_batch)
+    count_room, byte_room = window_room(p, token)
+    ids = seqr.pick(
+        token,
+        pool,
+        min(p.cfg.max_batch, count_room),
+        room=byte_room,
+        cost=lambda eid: seqr.event_bytes(pool[eid]),
+        first_free=not token.batches,
+    )
     new = seqr.sequence(token, p.pid, ids, p.config.core, p._k())
     # Record the new assignments: the batches the new state still carries are
     # learned as batches (a snapshot carrying them again is then skipped); the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import attrs
 from epto.transports.virtual import TokenRingCluster
 
 from epto.check import CheckReport, check
@@ -11,12 +12,20 @@ from epto.tokenring import TokenRingConfig
 
 
 def random_run(
-    seed: int, n: int = 5, duration: float = 8.0, k: int | None = None
+    seed: int,
+    n: int = 5,
+    duration: float = 8.0,
+    k: int | None = None,
+    window_bytes: int | None = None,
 ) -> TokenRingCluster:
     """A run with broadcasts from everyone, random delays, link breaks, a
-    crash of the token holder, a flapping member, a partition, and a join."""
+    crash of the token holder, a flapping member, a partition, and a join.
+    ``window_bytes`` sets ``max_unstable_bytes`` (a small one makes the holder
+    pause sequencing often)."""
     rng = random.Random(seed)
     cfg = TokenRingConfig(k=k)
+    if window_bytes is not None:
+        cfg = attrs.evolve(cfg, max_unstable_bytes=window_bytes)
     cluster = TokenRingCluster(n, cfg, seed=seed, delay=(0.0005, rng.choice([0.002, 0.01, 0.03])))
     count = 0
     t = 0.05

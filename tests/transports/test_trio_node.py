@@ -88,9 +88,15 @@ def test_open_node_picks_the_engine_and_maps_the_configuration() -> None:
     assert (tcp.tokenring, tcp.group, tcp.seed) == (RING, 5, 3)
     # The default datagram-sized limits become the stream limits; others are kept.
     assert tcp.limits.max_frame_size == 1 << 20
-    small = Limits.for_frame_size(4096)
-    kept = token_ring_node_config(NodeConfig(pid=1, members=MEMBERS, mode="auto", limits=small))
+    small = Limits.for_frame_size(4096, max_payload_size=1024)
+    budget = TokenRingConfig(max_unstable_bytes=2048, max_unstable_messages=8)
+    kept = token_ring_node_config(
+        NodeConfig(pid=1, members=MEMBERS, mode="auto", limits=small, tokenring=budget)
+    )
     assert kept.limits == small
+    # A window budget that a full view change could not send in one frame is refused.
+    with pytest.raises(ConfigurationError, match="max_unstable_bytes"):
+        token_ring_node_config(NodeConfig(pid=1, members=MEMBERS, mode="auto", limits=small))
     joiner = token_ring_node_config(NodeConfig(pid=9, mode="token-ring", contacts={2: MEMBERS[2]}))
     assert joiner.contacts == {2: MEMBERS[2]} and not joiner.members
 
