@@ -163,6 +163,13 @@ class TokenRingNode(TaskOwner):
         """Broadcast ``payload``; it is delivered in the group's total order."""
         if self._state != "running":
             raise LocalProtocolError(f"cannot broadcast on a node that is {self._state}")
+        limit = self.config.limits.max_payload_size
+        if len(payload) > limit:
+            # It could never be framed for the others: refuse it here rather
+            # than sequence a message nobody else can receive.
+            raise LocalProtocolError(
+                f"payload of {len(payload)} bytes exceeds limits.max_payload_size={limit}"
+            )
         eid = self._require_process().broadcast(payload, trio.current_time())
         self._own_pending.add(eid)
         self._after_input()

@@ -10,7 +10,7 @@ import pytest
 import trio
 from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
 
-from epto import GroupKey
+from epto import GroupKey, LocalProtocolError
 from epto.check import check
 from epto.tokenring import TokenRingConfig
 
@@ -192,3 +192,19 @@ def test_a_batch_of_broadcasts_or_a_notice_too_big_for_one_frame_is_split_in_ord
     notices = [codec.decode(f).message for f in frames]
     assert all(n.state == state for n in notices)
     assert tuple(a for n in notices for a in n.assigned) == assigned
+
+
+@pytest.mark.trio
+async def test_a_payload_above_the_frame_limits_is_refused_at_broadcast() -> None:
+    with trio.fail_after(10):
+        async with cluster() as nodes:
+            node = nodes[1]
+            limit = node.config.limits.max_payload_size
+            with pytest.raises(LocalProtocolError, match="max_payload_size"):
+                node.broadcast(bytes(limit + 1))
+            eid = node.broadcast(bytes(limit))
+            assert eid == (1, 0)
+            async for delivery in nodes[2]:
+                assert delivery.event.id == eid
+                assert len(delivery.event.payload) == limit
+                break
