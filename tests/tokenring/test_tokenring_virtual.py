@@ -239,3 +239,26 @@ def test_a_join_through_the_last_member_reaches_the_coordinator() -> None:
     report = cluster.check()
     assert report.ok, report.summary()
     assert all(len(cluster.recorder.sequences[p]) == 2 for p in cluster.processes)
+
+
+def test_two_newcomers_at_once_enter_by_one_full_change() -> None:
+    config = TokenRingConfig()
+    cluster = Cluster(5, seed=2, config=config, latency=UniformLatency(0.002, 0.01))
+    cluster.run_until(1.0)
+    before = _ring(cluster.processes[0]).statistics().full_changes
+    cluster.add_process(100, contacts=[4])
+    cluster.add_process(101, contacts=[3])
+    cluster.run_until(1.0 + 2 * config.change_timeout)
+    for pid in (100, 101):
+        assert _ring(cluster.processes[pid]).role is Role.EXTERNAL
+    # Both joins reach the coordinator before it proposes: one change admits both.
+    assert _ring(cluster.processes[0]).statistics().full_changes == before + 1
+    assert {100, 101} <= set(_ring(cluster.processes[0]).config.members)
+    cluster.broadcast_at(2.0, 100, b"a")
+    cluster.broadcast_at(2.0, 101, b"b")
+    cluster.broadcast_at(2.0, 0, b"c")
+    cluster.run_until(4.0)
+    report = cluster.check()
+    assert report.ok, report.summary()
+    sequences = [cluster.recorder.sequences[p] for p in cluster.processes]
+    assert all(s == sequences[0] and len(s) == 3 for s in sequences)
