@@ -87,16 +87,25 @@ def _pace(t0: float, k: int, rate: float) -> None:
 # -- workers (one OS process each) ---------------------------------------------
 
 
+def _loopback_members(ports: list[int]) -> dict[int, str]:
+    """Worker ``i`` is process ``i + 1`` and listens on ``ports[i]``."""
+    return {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(ports)}
+
+
+def _epto_config(index: int, ports: list[int], args: argparse.Namespace) -> Any:
+    transports = importlib.import_module("epto.transports")
+    members = _loopback_members(ports)
+    pid = index + 1
+    return transports.NodeConfig(
+        pid=pid, bind=members[pid], members=members, epto=_protocol(args), seed=pid
+    )
+
+
 def _epto_zmq(
     index: int, ports: list[int], args: argparse.Namespace, barrier: Any
 ) -> dict[str, Any]:
-    transports = importlib.import_module("epto.transports")
     zmq_node = importlib.import_module("epto.transports.zmq_node")
-    members = {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(ports)}
-    pid = index + 1
-    config = transports.NodeConfig(
-        pid=pid, bind=members[pid], members=members, epto=_protocol(args), seed=pid
-    )
+    config = _epto_config(index, ports, args)
     total = 3 * args.commands
     applied: dict[tuple[int, int], float] = {}
     order: list[tuple[int, int]] = []
@@ -130,13 +139,8 @@ def _epto_trio(
 ) -> dict[str, Any]:
     import trio
 
-    transports = importlib.import_module("epto.transports")
     trio_udp = importlib.import_module("epto.transports.trio_udp")
-    members = {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(ports)}
-    pid = index + 1
-    config = transports.NodeConfig(
-        pid=pid, bind=members[pid], members=members, epto=_protocol(args), seed=pid
-    )
+    config = _epto_config(index, ports, args)
     total = 3 * args.commands
     applied: dict[tuple[int, int], float] = {}
     order: list[tuple[int, int]] = []
@@ -185,7 +189,7 @@ def _token_ring(
     import trio
 
     trio_tcp = importlib.import_module("epto.transports.trio_tcp")
-    members = {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(ports)}
+    members = _loopback_members(ports)
     pid = index + 1
     config = trio_tcp.TokenRingNodeConfig(pid=pid, bind=members[pid], members=members, seed=pid)
     total = 3 * args.commands
