@@ -240,14 +240,7 @@ def install(p: TokenRingProcess, config: RingConfig, now: float) -> None:
     p.config = config
     p.role = role
     try:
-        for seq, ev in config.events:
-            if seq >= book.next_deliver:
-                book.learn([(seq, ev.id)], 0)
-                book.add_event(ev)
-        state = config.state
-        book.learn(state.assignments().items(), state.stable)
-        book.truncate(state.next_seq)
-        book.check_digest(state.low, state.low_digest)
+        book.adopt(config.state, config.events)
     except seqr.Divergence:
         p._leave(Input.DIVERGED)
         return

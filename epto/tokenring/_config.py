@@ -77,7 +77,9 @@ class TokenRingConfig:
     """How long a process waits for a missing message before fetching it."""
     log_retention: int = attrs.field(default=10_000)
     """Delivered messages kept to serve members that fetch what they missed; a
-    member that falls further behind must rejoin under a new identity."""
+    member that falls further behind must rejoin under a new identity. At
+    least ``max_unstable_messages``; delivered messages the token's unstable
+    window still covers are kept whatever this says."""
     max_batch: int = attrs.field(default=1024)
     """Most messages one token visit sequences (the token lists them in
     batches of at most 1024 ids). Everything the token carries until every
@@ -107,6 +109,14 @@ class TokenRingConfig:
         if self.max_unstable_bytes < 1 or self.max_unstable_messages < 1:
             raise ConfigurationError(
                 "TokenRingConfig.max_unstable_bytes and max_unstable_messages must be >= 1"
+            )
+        if self.log_retention < self.max_unstable_messages:
+            # A full view change gathers the unstable window from the members'
+            # logs: a member must keep at least a window of what it delivered.
+            raise ConfigurationError(
+                f"TokenRingConfig.log_retention={self.log_retention} must be at least "
+                f"max_unstable_messages={self.max_unstable_messages} (the unstable "
+                "window a view change may need from the log)"
             )
         if self.exclude_timeout <= self.suspect_timeout:
             raise ConfigurationError(

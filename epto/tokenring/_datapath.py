@@ -45,7 +45,7 @@ def on_data_batch(p: TokenRingProcess, sender: ProcessId, msg: DataBatch, now: f
 
 
 def hurry_token(p: TokenRingProcess, now: float) -> None:
-    if p._token is None:
+    if p._token is None or p._pass_at <= now:
         return
     if _tokenpath.hurry(p, p._token):
         # A full batch is waiting: holding the token longer gains nothing.
@@ -63,6 +63,7 @@ def learn(p: TokenRingProcess, state: TokenState) -> None:
     except seqr.Divergence:
         p._leave(Input.DIVERGED)
         return
+    book.keep_from(state.low)
     if state.hop > p._snap.hop:
         p._snap = state
     passed = p._passed
@@ -178,7 +179,9 @@ def check_fetch(p: TokenRingProcess, now: float) -> None:
 
 def on_fetch(p: TokenRingProcess, sender: ProcessId, msg: Fetch, now: float) -> None:
     book = p._book
-    end = min(msg.end, msg.start + 4096)
+    # Final assignments only (below our stable watermark): a tentative one
+    # may belong to a token the group has replaced (see _sequencer).
+    end = min(msg.end, msg.start + 4096, book.stable)
     entries = tuple(book.entries(msg.start, end))
     events = tuple(e for e in (book.payload(i) for i in msg.ids) if e is not None)
     p._send(

@@ -115,6 +115,7 @@ class TokenRingProcess:
         self._replied: dict[ProcessId, float] = {}
         self._order_from: ProcessId | None = None
         self._too_old: set[ProcessId] = set()
+        self._exclusion: str | None = None
         self._counts = dict.fromkeys(
             (
                 "broadcasts",
@@ -154,6 +155,12 @@ class TokenRingProcess:
     def excluded(self) -> bool:
         return self.role is Role.EXCLUDED
 
+    @property
+    def exclusion(self) -> str | None:
+        """Why this process is out of the view for good (``"removed from the
+        view"``, ``"diverged"`` or ``"too far behind"``), or None."""
+        return self._exclusion
+
     def broadcast(self, payload: bytes, now: float) -> EventId:
         """Broadcast ``payload`` to the group; it is delivered in the total order."""
         if self.role not in (Role.CORE, Role.EXTERNAL):
@@ -181,12 +188,29 @@ class TokenRingProcess:
         handler = _HANDLERS.get(type(message))
         if handler is None:
             return
-        handler(self, sender, message, now)
-        self._deliver(now)
+        try:
+            handler(self, sender, message, now)
+            self._deliver(now)
+        except seqr.Divergence:
+            self._diverged()
 
     def handle_timer(self, now: float) -> None:
         if self.role is Role.EXCLUDED:
             return
+        try:
+            self._handle_timer(now)
+        except seqr.Divergence:
+            self._diverged()
+
+    def _diverged(self) -> None:
+        """Our delivered prefix differs from the group's order (possible only
+        with a ``k`` below the majority, or a member that delivered what it
+        never should have): stop delivering and leave the view; the host
+        carries on and the application sees :attr:`exclusion`."""
+        if self.role in (Role.CORE, Role.EXTERNAL):
+            self._leave(Input.DIVERGED)
+
+    def _handle_timer(self, now: float) -> None:
         if self.role is Role.JOINING:
             if now >= self._join_at:
                 for contact in self._contacts:
@@ -343,6 +367,9 @@ class TokenRingProcess:
 
     def _leave(self, why: Input) -> None:
         self.role = transition(self.role, why)
+        self._exclusion = _EXCLUSIONS[why]
+        self._deliver_at = math.inf
+        self._fetch_since = None
         self._token = None
         self._pending = None
         self._passed = None
@@ -379,6 +406,12 @@ class TokenRingProcess:
     def _on_nack(self, sender: ProcessId, msg: Nack, now: float) -> None:
         _change.on_nack(self, sender, msg, now)
 
+
+_EXCLUSIONS = {
+    Input.INSTALL_NOT_MEMBER: "removed from the view",
+    Input.DIVERGED: "diverged",
+    Input.TOO_FAR_BEHIND: "too far behind",
+}
 
 _HANDLERS: dict[type, Callable[[TokenRingProcess, ProcessId, Any, float], None]] = {
     Data: _datapath.on_data,

@@ -7,6 +7,27 @@ the stability watermark, and the log of what it delivered. Its one rule: a
 message is delivered when every lower sequence number has been delivered,
 its own number is below the stability watermark, and its payload is here.
 
+The invariants of the sequence, with the default ``k`` (a majority of the
+view; docs/token-ring.md states the guarantee):
+
+1. **An assignment below ``stable`` is final**: ``k`` core members held it,
+   every later configuration keeps it (any quorum of a view change includes
+   one of them), and no member of any later view holds another event at that
+   position. Only final assignments are delivered, and a fetch is answered
+   with final assignments only (:meth:`OrderBook.entries` below ``stable``).
+2. **An assignment at or above ``stable`` is tentative**: it belongs to the
+   token of one configuration and may be replaced by the next. Installing a
+   decided configuration (:meth:`OrderBook.adopt`) keeps a tentative
+   assignment only where the decision confirms it (its batches, or the
+   digest of the order below its ``low``) and drops the rest, so a member
+   that was cut off while it held the token never delivers an assignment
+   the group has replaced.
+3. **A view change never renumbers a delivered position**: a full change
+   cuts the sequence at the first position no answering member holds, and a
+   member keeps every delivered payload from its token's ``low`` on whatever
+   ``log_retention`` says (:meth:`OrderBook.keep_from`), so a delivered
+   position is always reported and never cut.
+
 The token functions (:func:`accept`, :func:`sequence`) are pure: they take a
 :class:`TokenState` and return the next one, with ``hop`` increased, so that
 the states of one token form a chain ordered by ``hop``.
@@ -177,6 +198,10 @@ class OrderBook:
         self._hold_cursor = start
         """Every position in [next_deliver, _hold_cursor) is assigned and its
         payload is here; reset whenever an assignment is dropped."""
+        self._keep_floor = start
+        """Delivered payloads at or above this position (the token's ``low``
+        as last known here) stay in the log whatever the retention: a full
+        view change may need them (invariant 3)."""
 
     # -- payloads ------------------------------------------------------------
 
@@ -270,6 +295,47 @@ class OrderBook:
         event = self._held.pop(eid, None)
         if event is not None:
             self.pool[eid] = event
+
+    def adopt(self, state: TokenState, events: Iterable[tuple[int, Event]] = ()) -> None:
+        """Take in a decided configuration: its token ``state`` and, for a full
+        change, the ``events`` it settled (final, below ``state.low``).
+
+        Tentative assignments (at or above ``stable``) survive only where the
+        decision confirms them: the positions below ``state.low`` if their
+        digest chain equals ``state.low_digest``, the positions from
+        ``state.low`` on if its batches hold the same ids. Raises
+        :class:`Divergence`."""
+        low = state.low
+        if not self._prefix_matches(low, state.low_digest):
+            for seq in [s for s in self._assign if self.stable <= s < low]:
+                self._unassign(seq)
+        for seq, event in events:
+            if seq >= self.next_deliver:
+                self._assign_one(seq, event.id)
+                self.add_event(event)
+        self.truncate(state.next_seq)
+        self.learn(state.assignments().items(), state.stable)
+        self.check_digest(low, state.low_digest)
+        self.keep_from(low)
+
+    def _prefix_matches(self, low: int, digest: int) -> bool:
+        """Whether the assignments here from ``next_deliver`` to ``low`` are all
+        known and chain, from our delivered digest, to ``digest``."""
+        if low <= self.next_deliver or not self.digest_known:
+            return False
+        mine = self.digest
+        assign = self._assign
+        for seq in range(self.next_deliver, low):
+            eid = assign.get(seq)
+            if eid is None:
+                return False
+            mine = chain(mine, eid)
+        return mine == digest
+
+    def keep_from(self, low: int) -> None:
+        """Keep delivered payloads from ``low`` on in the log (invariant 3)."""
+        if low > self._keep_floor:
+            self._keep_floor = low
 
     def truncate(self, next_seq: int) -> None:
         """Forget assignments at or above ``next_seq`` (a decided configuration
@@ -389,7 +455,8 @@ class OrderBook:
             self.digest = digest
             self.delivered_count += n
             retention = self._retention
-            while seq - self.log_start > retention:
+            keep = self._keep_floor
+            while seq - self.log_start > retention and self.log_start < keep:
                 log.pop(self.log_start, None)
                 digests.pop(self.log_start, None)
                 self.log_start += 1
@@ -414,6 +481,7 @@ class OrderBook:
                 self._unassign(seq)
             self.next_deliver = start
             self.log_start = start
+            self._keep_floor = max(self._keep_floor, start)
             self.stable = max(self.stable, start)
             self.digest = digest
             self._digests = {start: digest}

@@ -30,6 +30,8 @@ class TokenRingStatistics:
     fetches: int
     messages_sent: int
     messages_received: int
+    exclusion: str | None = None
+    """Why the process left the view for good (see ``TokenRingProcess.exclusion``)."""
 
 
 def statistics_of(p: TokenRingProcess) -> TokenRingStatistics:
@@ -51,4 +53,5 @@ def statistics_of(p: TokenRingProcess) -> TokenRingStatistics:
         fetches=c["fetches"],
         messages_sent=c["sent"],
         messages_received=c["received"],
+        exclusion=p.exclusion,
     )

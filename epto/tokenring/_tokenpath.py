@@ -75,7 +75,12 @@ def hurry(p: TokenRingProcess, token: TokenState) -> bool:
     batches it carries become stable and leave it once every core member
     accepted). A token whose window cannot drain (a core below ``k``) is held
     as usual instead of going round at the links' speed."""
-    if len(p._book.pool) < min(p.cfg.max_batch, seqr.BATCH_IDS):
+    want = min(p.cfg.max_batch, seqr.BATCH_IDS)
+    pool = p._book.pool
+    if len(pool) < want or len(seqr.pick(token, pool, want)) < want:
+        # Not a full batch that this visit could sequence (a source's next
+        # message may be missing): passing at once would send the token round
+        # at the links' speed without sequencing anything.
         return False
     if len(p.config.core) >= p._k():
         return True

@@ -188,7 +188,7 @@ def test_latency_grows_with_k(n: int) -> None:
 
 
 def test_member_too_far_behind_leaves_and_others_continue() -> None:
-    cfg = TokenRingConfig(log_retention=20, exclude_timeout=30.0)
+    cfg = TokenRingConfig(log_retention=20, max_unstable_messages=20, exclude_timeout=30.0)
     cluster = TokenRingCluster(5, cfg, seed=4)
     _steady(cluster, [0, 1, 2, 3], 0.05, 6.0, 40)
     cluster.at(1.0, lambda: cluster.disconnect(4))

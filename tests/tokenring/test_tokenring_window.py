@@ -96,7 +96,9 @@ def test_unbounded_window_makes_the_full_change_unencodable() -> None:
     """The defect the budgets fix: with budgets beyond the frame, a window of
     4 KiB messages exceeds 1 MiB and the full change's Promise and Accept
     cannot be encoded, so over TCP the change would never complete."""
-    unbounded = attrs.evolve(CRASH, max_unstable_bytes=1 << 40, max_unstable_messages=1 << 20)
+    unbounded = attrs.evolve(
+        CRASH, max_unstable_bytes=1 << 40, max_unstable_messages=1 << 20, log_retention=1 << 20
+    )
     _, audit = _crash_under_large_bursts(unbounded)
     failed = {name for name, _ in audit.failed}
     assert "Promise" in failed and "Accept" in failed, audit.encoded
