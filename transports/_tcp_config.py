@@ -59,7 +59,9 @@ class TokenRingNodeConfig:
     """Least time between two connection attempts to one peer."""
     connect_timeout: float = 1.0
     send_queue: int = 10_000
-    """Frames queued for one peer; beyond that new frames for it are dropped."""
+    """Frames queued for one peer (waiting for the stream to write them, or
+    for a stream to the peer to be up); beyond that new frames for it are
+    dropped and counted in ``frames_dropped``."""
     flush_timeout: float = 5.0
     """Seconds ``aclose()`` waits for this node's own broadcasts to be delivered."""
 
@@ -104,7 +106,8 @@ class TokenRingNodeStatistics:
     frames_sent: int
     frames_received: int
     frames_dropped: int
-    """Frames lost to a broken or absent stream, or to a full send queue."""
+    """Frames lost in a stream that broke while writing them, or refused by a
+    full send queue (frames for a peer not reachable yet wait instead)."""
     connects: int
     connect_failures: int
     encode_failures: int

@@ -6,9 +6,15 @@ address book (the hello), and writes what is queued for the peer, in order:
 everything queued since its last write goes out in one write. (Writing
 directly from the flusher, or with non-blocking sends that skip trio's
 yield after a write, was measured: fewer task steps, but smaller writes and
-more wake-ups at the receivers, and more CPU at saturation.) A broken or
-absent stream loses what was queued for the peer; the protocol repairs such
-losses.
+more wake-ups at the receivers, and more CPU at saturation.)
+
+What the node hands over for a peer waits in its queue until the peer's
+stream is up, however many connection attempts that takes (a peer that has
+not started listening yet, one restarting): the queue is bounded by
+``send_queue`` frames, and frames beyond it are dropped and counted. A
+stream that breaks loses what it was writing (counted too); the frames
+queued after that write go out on the next stream, and nothing is written
+twice. The protocol repairs what a broken stream lost.
 """
 
 from __future__ import annotations
@@ -70,9 +76,10 @@ class PeerLinks:
         self._links: dict[ProcessId, _Link] = {}
 
     def send(self, dest: ProcessId, frames: list[bytes], *, count_drops: bool = True) -> None:
-        """Send ``frames`` to ``dest``, in order after what was sent before.
-        Frames beyond ``send_queue`` waiting for the peer are dropped (and
-        counted in ``dropped`` unless ``count_drops`` is false)."""
+        """Send ``frames`` to ``dest``, in order after what was sent before,
+        as soon as a stream to ``dest`` is up. Frames beyond ``send_queue``
+        waiting for the peer are dropped (and counted in ``dropped`` unless
+        ``count_drops`` is false)."""
         if not frames:
             return
         link = self._links.get(dest)
@@ -91,21 +98,22 @@ class PeerLinks:
         link.lot.unpark_all()
 
     async def _peer_sender(self, dest: ProcessId, link: _Link) -> None:
-        """Owns the outgoing stream to ``dest``: connects on demand, writes
-        what is queued, in order."""
+        """Owns the outgoing stream to ``dest``: connects on demand (again
+        after ``reconnect_interval`` while attempts fail), writes what is
+        queued, in order."""
         next_attempt = -math.inf
         try:
             while True:
                 if not link.queue:
                     await link.lot.park()
                     continue
-                if link.stream is None and not await self._connect(dest, link, next_attempt):
-                    # Peer unreachable: what was queued for it is lost.
-                    self._counts["dropped"] += link.frames
-                    link.queue.clear()
-                    link.frames = 0
+                if link.stream is None:
+                    # What is queued waits for the stream (bounded by send()):
+                    # a peer that does not listen yet must still get it.
+                    await trio.sleep_until(next_attempt)
                     next_attempt = trio.current_time() + self._config.reconnect_interval
-                    continue
+                    if not await self._connect(dest, link):
+                        continue
                 data = b"".join(chunk for chunk, _ in link.queue)
                 count = link.frames
                 link.queue.clear()
@@ -114,9 +122,10 @@ class PeerLinks:
                 try:
                     await link.stream.send_all(data)
                 except _BROKEN:
+                    # Written in part at most: lost (the protocol repairs it),
+                    # never written again. What was queued since waits.
                     self._counts["dropped"] += count
                     await self._drop_stream(link)
-                    next_attempt = trio.current_time() + self._config.reconnect_interval
                     continue
                 self._counts["sent"] += count
         finally:
@@ -127,9 +136,7 @@ class PeerLinks:
             stream, link.stream = link.stream, None
             await close_quietly(stream)
 
-    async def _connect(self, dest: ProcessId, link: _Link, not_before: float) -> bool:
-        if trio.current_time() < not_before:
-            return False
+    async def _connect(self, dest: ProcessId, link: _Link) -> bool:
         address = self._addresses.get(dest)
         if address is None:
             return False

@@ -4,10 +4,14 @@ Each node listens on one TCP port and opens one outgoing stream to every peer
 it sends to; a stream carries frames in one direction only, each prefixed by
 its length (uint32, big-endian, at most ``limits.max_frame_size``), so frames
 from one sender to one receiver arrive in the order sent while the stream is
-up. A broken stream loses what was in flight and whatever was queued for the
-peer; the next frame for that peer opens a new stream (at most one attempt per
-``reconnect_interval``). The protocol repairs such losses (retransmission of
-the token and of unsequenced messages, fetches, token regeneration).
+up. What the process sends a peer whose stream is not up yet (it does not
+listen yet, or its stream broke) waits for the stream, in order, up to
+``send_queue`` frames (beyond that frames are dropped and counted in
+``frames_dropped``); connection attempts repeat at most once per
+``reconnect_interval``. A broken stream loses only what was in flight (also
+counted), which the protocol repairs (retransmission of the token and of
+unsequenced messages, fetches, token regeneration); the driver never sends a
+frame twice.
 
 The node is in this module; its configuration and statistics are in
 :mod:`._tcp_config`, the stream framing in :mod:`._tcp_framing`, the incoming

@@ -1,6 +1,7 @@
 """The outgoing streams of the token ring's TCP node (real loopback sockets):
 frames written directly and frames queued behind a full socket buffer reach
-the peer complete and in order; a full queue drops and counts."""
+the peer complete and in order; frames wait for a peer that refuses
+connections until it listens; a full queue drops and counts."""
 
 from __future__ import annotations
 
@@ -81,13 +82,44 @@ async def test_a_full_queue_drops_and_counts() -> None:
             assert counts["dropped"] == 2
             links.send(2, [b"c"], count_drops=False)
             assert counts["dropped"] == 2
-            # Port 1 refuses: the queued frames are lost, and counted.
-            while counts["connect_failures"] == 0:
+            # Port 1 refuses: the queued frames wait for a stream, and
+            # nothing more is dropped.
+            while counts["connect_failures"] < 2:
                 await trio.sleep(0.001)
-            await trio.sleep(0.01)
+            links.send(2, [b"d"])
             nursery.cancel_scope.cancel()
-    assert counts["dropped"] == 2 + 5
+    assert counts["dropped"] == 2 + 1
     assert counts["sent"] == 0
+
+
+@pytest.mark.trio
+async def test_frames_wait_for_a_peer_that_refuses_until_it_listens() -> None:
+    # A bound socket that does not listen refuses connections; once it
+    # listens, the same address accepts them.
+    sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_STREAM)
+    await sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    counts = dict.fromkeys(COUNTS, 0)
+    frames = [b"frame %d" % i for i in range(30)]
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            links = links_for(f"127.0.0.1:{port}", nursery, counts)
+            links.send(2, frames[:10])
+            while counts["connect_failures"] < 2:
+                await trio.sleep(0.001)
+            links.send(2, frames[10:20])
+            sock.listen()
+            listener = trio.SocketListener(sock)
+            stream = await listener.accept()
+            links.send(2, frames[20:])
+            got = await read_frames(stream, 1 + len(frames))
+            nursery.cancel_scope.cancel()
+    await stream.aclose()
+    await listener.aclose()
+    assert got == [b"hello", *frames]
+    assert counts["dropped"] == 0
+    assert counts["connects"] == 1
+    assert counts["connect_failures"] >= 2
 
 
 def test_pack_frames_round_trips_through_the_reader() -> None:
