@@ -5,7 +5,15 @@ due time, a list of items, each a plain tuple ``(kind, a, b, c)``. Items due
 at the same time run in the order they were scheduled, including items
 scheduled while that time is being run. With a ``quantum`` every due time is
 rounded up to a multiple of it, so thousands of arrivals share one queue
-entry; without one, time is exact.
+entry; without one, time is exact. The rounding never gives a time before the
+due time (:func:`round_up`): ``ceil(at / q) * q`` alone can, in floating
+point, and a timer run before it is due does nothing and re-arms at the same
+instant, forever.
+
+An instant with more than :attr:`CalendarQueue.max_items_per_instant` items
+(a protocol bouncing messages in zero time, a timer re-arming itself at the
+same instant) makes the run loop raise :class:`SimulationStalled` instead of
+spinning forever: virtual time would never advance.
 
 The kinds are small integers; the run loop of :class:`Simulation`
 (``transports/_virtual.py``) tests them in the order of their frequency.
@@ -18,7 +26,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from epto import ConfigurationError, LocalProtocolError
+from epto import ConfigurationError, EptoError, LocalProtocolError
 
 ARRIVE = 0
 """A ball arriving at one process: ``(ARRIVE, dest, src, ball)``."""
@@ -36,22 +44,89 @@ CALL = 6
 """A scripted action: ``(CALL, action, None, None)``."""
 
 
-class CalendarQueue:
-    """Due times and the items due at each; :attr:`now` is the virtual clock."""
+DEFAULT_MAX_ITEMS_PER_INSTANT = 1_000_000
+"""The default bound on the items due at one instant (see :class:`CalendarQueue`)."""
+ITEMS_PER_PROCESS_PER_INSTANT = 1_000
+"""With the default bound, an instant may also hold this many items per live process."""
 
-    def __init__(self, quantum: float | None) -> None:
+
+class SimulationStalled(EptoError, RuntimeError):
+    """The simulation made no progress in virtual time: more items than
+    ``max_items_per_instant`` were due at one instant (a protocol bouncing
+    messages in zero time, a timer that re-arms itself at the same instant).
+
+    The items already run at that instant stay run; :attr:`at` is the instant
+    and :attr:`items` how many items were due at it when the bound was passed.
+    """
+
+    def __init__(self, at: float, items: int, limit: int) -> None:
+        super().__init__(
+            f"the simulation stalled at t = {at!r}: {items} items due at that one instant "
+            f"(more than {limit}); virtual time does not advance"
+        )
+        self.at = at
+        self.items = items
+        self.limit = limit
+
+
+def round_up(at: float, quantum: float) -> float:
+    """The smallest multiple of ``quantum`` (as computed, ``k * quantum``) that
+    is not before ``at``."""
+    k = math.ceil(at / quantum)
+    due = k * quantum
+    if due < at:  # the division rounded down: k * quantum fell just short
+        due = (k + 1) * quantum
+    return due
+
+
+class CalendarQueue:
+    """Due times and the items due at each; :attr:`now` is the virtual clock.
+
+    ``max_items_per_instant`` bounds the items due at one instant (``None``:
+    :data:`DEFAULT_MAX_ITEMS_PER_INSTANT` or
+    :data:`ITEMS_PER_PROCESS_PER_INSTANT` per live process, whichever is
+    larger); the run loop raises :class:`SimulationStalled` past it.
+    """
+
+    def __init__(self, quantum: float | None, max_items_per_instant: int | None = None) -> None:
         if quantum is not None and not (
             isinstance(quantum, int | float) and math.isfinite(quantum) and quantum > 0
         ):
             raise ConfigurationError(f"quantum must be a positive number, got {quantum!r}")
+        if max_items_per_instant is not None and not (
+            isinstance(max_items_per_instant, int) and max_items_per_instant >= 1
+        ):
+            raise ConfigurationError(
+                f"max_items_per_instant must be a positive integer, got {max_items_per_instant!r}"
+            )
         self.quantum = None if quantum is None else float(quantum)
+        self.max_items_per_instant = max_items_per_instant
         self.now = 0.0
         self._times: list[float] = []
         self._buckets: dict[float, list[tuple[Any, ...]]] = {}
 
+    def _instant_limit(self) -> int:
+        """The bound the run loop checks first (cheap); :meth:`_check_stall` decides."""
+        if self.max_items_per_instant is not None:
+            return self.max_items_per_instant
+        return DEFAULT_MAX_ITEMS_PER_INSTANT
+
+    def _check_stall(self, at: float, items: int, live: int) -> int:
+        """Raise :class:`SimulationStalled` if ``items`` due at ``at`` is past
+        the bound; otherwise return the next count to check at."""
+        limit = self.max_items_per_instant
+        if limit is None:
+            limit = max(DEFAULT_MAX_ITEMS_PER_INSTANT, ITEMS_PER_PROCESS_PER_INSTANT * live)
+        if items > limit:
+            raise SimulationStalled(at, items, limit)
+        return limit
+
     def _push(self, at: float, item: tuple[Any, ...]) -> None:
-        if self.quantum is not None:
-            at = math.ceil(at / self.quantum) * self.quantum
+        q = self.quantum
+        if q is not None:
+            k = math.ceil(at / q)
+            due = k * q
+            at = due if due >= at else (k + 1) * q
         bucket = self._buckets.get(at)
         if bucket is None:
             self._buckets[at] = [item]

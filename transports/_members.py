@@ -77,13 +77,19 @@ class Members(VirtualNetwork):
         pss_seeds: int = 1,
         round_interval: float | None = None,
         break_duration: float | None = None,
+        max_items_per_instant: int | None = None,
     ) -> None:
         if not (isinstance(drift, int | float) and 0 <= drift < 1):
             raise ConfigurationError(f"drift must be in [0, 1), got {drift!r}")
         if not (isinstance(jitter, int | float) and 0 <= jitter < 1):
             raise ConfigurationError(f"jitter must be in [0, 1), got {jitter!r}")
         super().__init__(
-            seed=seed, latency=latency, loss=loss, quantum=quantum, break_duration=break_duration
+            seed=seed,
+            latency=latency,
+            loss=loss,
+            quantum=quantum,
+            break_duration=break_duration,
+            max_items_per_instant=max_items_per_instant,
         )
         self.config = config
         self._ring = config if isinstance(config, TokenRingConfig) else None

@@ -69,8 +69,9 @@ class VirtualNetwork(CalendarQueue):
         loss: float,
         quantum: float | None,
         break_duration: float | None = None,
+        max_items_per_instant: int | None = None,
     ) -> None:
-        super().__init__(quantum)
+        super().__init__(quantum, max_items_per_instant)
         if not (isinstance(loss, int | float) and 0 <= loss < 1):
             raise ConfigurationError(f"loss must be in [0, 1), got {loss!r}")
         self.latency: LatencyModel = latency if latency is not None else ConstantLatency(0.0)
@@ -217,7 +218,10 @@ class VirtualNetwork(CalendarQueue):
             self._in_flight += 1
             at = now + lat
             if quantum is not None:
-                at = ceil(at / quantum) * quantum
+                # _calendar.round_up, inlined: never before ``now + lat``.
+                k = ceil(at / quantum)
+                due = k * quantum
+                at = due if due >= at else (k + 1) * quantum
             item = (ARRIVE, dest, src, ball)
             bucket = buckets.get(at)
             if bucket is None:

@@ -70,6 +70,12 @@ class Simulation(Members):
     it is the probability that a send breaks its link for ``break_duration``
     (default: the latency model's maximum), see ``_network.py``. A partition
     drops every copy that *arrives* while it separates sender and receiver.
+
+    ``max_items_per_instant`` bounds the queue items due at one instant of
+    virtual time (``None``: 1,000,000 or 1,000 per live process, whichever is
+    larger): past it, :meth:`run_until` raises
+    :class:`~epto.transports.virtual.SimulationStalled` rather than spin
+    forever on a run that makes no progress in virtual time.
     """
 
     def step(self) -> bool:
@@ -88,6 +94,7 @@ class Simulation(Members):
         rng = self.schedule_rng
         every_input = self.drain_every_input
         push = self._push
+        check_at = self._instant_limit()
         while times and times[0] <= end:
             t = times[0]
             self.now = t
@@ -95,60 +102,69 @@ class Simulation(Members):
             i = 0
             try:
                 # Items scheduled for ``t`` while it runs join ``items``.
-                while i < len(items):
-                    kind, a, b, c = items[i]
-                    i += 1
-                    if kind == ARRIVE:
-                        # The hot path: ``_arrive`` inlined.
-                        self._in_flight -= 1
-                        proc = procs.get(a)
-                        if proc is None:
-                            self._to_departed += 1
-                        elif self._partitions and self._separated(b, a):
-                            self._cut += 1
-                        else:
-                            self._arrived += 1
-                            proc.receive(b, c, t)
-                            if every_input:
-                                self._flush(a, proc, t)
-                    elif kind == TIMER:
-                        proc = procs.get(a)
-                        if proc is None:
-                            continue
-                        proc.handle_timer(t)
-                        self._flush(a, proc, t)
-                        due = proc.get_timer()
-                        if jitter:
-                            due += jitter * proc.config.round_interval * rng.random()  # type: ignore[union-attr]
-                        push(due, (TIMER, a, None, None))
-                    elif kind == ARRIVE_MANY:
-                        self._in_flight -= len(a)
-                        for dest in a:
-                            self._arrive(procs, dest, b, c, t, every_input)
-                    elif kind == PEER:
-                        node = procs.get(a)
-                        if node is not None and not (self._partitions and self._separated(b, a)):
-                            self._peer_arrived += 1
-                            node.receive(b, c, t)
-                            self._flush(a, node, t)
-                    elif kind == LINK:
-                        self._in_flight -= 1
-                        proc = procs.get(a)
-                        if proc is None:
-                            self._to_departed += 1
-                        elif self._link_up(b, a, c[1]):
-                            self._arrived += 1
-                            proc.receive(b, c[0], t)
-                            self._flush(a, proc, t)
-                    elif kind == RING_TIMER:
-                        armed = self._armed.get(a)
-                        if armed is not None and armed[1] == b:
-                            del self._armed[a]
-                            proc = procs[a]
+                while True:
+                    n = len(items)
+                    if i >= n:
+                        break
+                    if n > check_at:
+                        # Stall detection, once per batch, never per item.
+                        check_at = self._check_stall(t, n, len(procs))
+                    while i < n:
+                        kind, a, b, c = items[i]
+                        i += 1
+                        if kind == ARRIVE:
+                            # The hot path: ``_arrive`` inlined.
+                            self._in_flight -= 1
+                            proc = procs.get(a)
+                            if proc is None:
+                                self._to_departed += 1
+                            elif self._partitions and self._separated(b, a):
+                                self._cut += 1
+                            else:
+                                self._arrived += 1
+                                proc.receive(b, c, t)
+                                if every_input:
+                                    self._flush(a, proc, t)
+                        elif kind == TIMER:
+                            proc = procs.get(a)
+                            if proc is None:
+                                continue
                             proc.handle_timer(t)
                             self._flush(a, proc, t)
-                    else:
-                        a()
+                            due = proc.get_timer()
+                            if jitter:
+                                due += jitter * proc.config.round_interval * rng.random()  # type: ignore[union-attr]
+                            push(due, (TIMER, a, None, None))
+                        elif kind == ARRIVE_MANY:
+                            self._in_flight -= len(a)
+                            for dest in a:
+                                self._arrive(procs, dest, b, c, t, every_input)
+                        elif kind == PEER:
+                            node = procs.get(a)
+                            if node is not None and not (
+                                self._partitions and self._separated(b, a)
+                            ):
+                                self._peer_arrived += 1
+                                node.receive(b, c, t)
+                                self._flush(a, node, t)
+                        elif kind == LINK:
+                            self._in_flight -= 1
+                            proc = procs.get(a)
+                            if proc is None:
+                                self._to_departed += 1
+                            elif self._link_up(b, a, c[1]):
+                                self._arrived += 1
+                                proc.receive(b, c[0], t)
+                                self._flush(a, proc, t)
+                        elif kind == RING_TIMER:
+                            armed = self._armed.get(a)
+                            if armed is not None and armed[1] == b:
+                                del self._armed[a]
+                                proc = procs[a]
+                                proc.handle_timer(t)
+                                self._flush(a, proc, t)
+                        else:
+                            a()
             finally:
                 # On an exception, the items already run must not run again.
                 del items[:i]

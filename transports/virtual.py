@@ -6,6 +6,7 @@ See ``docs/simulation.md``. Public names::
     from epto.transports.virtual import Cluster, Simulation, PlanetLabLatency
 """
 
+from ._calendar import SimulationStalled as SimulationStalled
 from ._cluster import Cluster as Cluster
 from ._cluster import DeliveryRecorder as DeliveryRecorder
 from ._latency import ConstantLatency as ConstantLatency
