@@ -256,6 +256,7 @@ def install(p: TokenRingProcess, config: RingConfig, now: float) -> None:
     p._token_seen = now
     p._counts["full" if config.full else "light"] += 1
     p._fd.grace(config.members, now)
+    p._links.track(config.members)
     for m in config.members:
         p._joiners.pop(m, None)
     if config.full:

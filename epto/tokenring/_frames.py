@@ -65,6 +65,21 @@ def _get_order(r: Reader, lim: Limits) -> Order:
 
 def _heartbeat(out: fp.Out, m: Heartbeat, _lim: Limits) -> None:
     out.pack(fp.EID, m.instance, m.delivered)
+    out.pack(fp.EID, m.sent, m.base)
+    out.u64(m.received)
+    out.u8(1 if m.missing else 0)
+
+
+def _get_heartbeat(r: Reader, _lim: Limits) -> Heartbeat:
+    instance, delivered, sent, base, received = (r.u64() for _ in range(5))
+    return Heartbeat(
+        instance=instance,
+        delivered=delivered,
+        sent=sent,
+        base=base,
+        received=received,
+        missing=fp.get_flag(r),
+    )
 
 
 def _fetch(out: fp.Out, m: Fetch, lim: Limits) -> None:
@@ -154,13 +169,7 @@ _KINDS: tuple[tuple[int, str, type[Any], Put, Get], ...] = (
         lambda r, lim: TokenAck(instance=r.u64(), hop=r.u64()),
     ),
     (19, "tr-order", Order, _order, _get_order),
-    (
-        20,
-        "tr-heartbeat",
-        Heartbeat,
-        _heartbeat,
-        lambda r, lim: Heartbeat(instance=r.u64(), delivered=r.u64()),
-    ),
+    (20, "tr-heartbeat", Heartbeat, _heartbeat, _get_heartbeat),
     (
         21,
         "tr-fetch",

@@ -138,9 +138,21 @@ class Order:
 
 @attrs.frozen(kw_only=True, slots=True)
 class Heartbeat:
+    """Sent to every member every ``heartbeat_interval``; also the link
+    session's counters for the destination (see ``_links``)."""
+
     instance: int
     delivered: int
     """The sender's delivery watermark (next sequence number it will deliver)."""
+    sent: int = 0
+    """Messages the sender sent to the destination before this one (the
+    number of the next)."""
+    base: int = 0
+    """The oldest of them the sender still keeps to send again."""
+    received: int = 0
+    """Messages of the destination that arrived here, without a gap."""
+    missing: bool = False
+    """Some of the destination's messages are missing here: send them again."""
 
 
 @attrs.frozen(kw_only=True, slots=True)

@@ -24,6 +24,7 @@ from . import _change, _datapath, _stats, _tokenpath
 from . import _sequencer as seqr
 from ._config import TokenRingConfig
 from ._consensus import Acceptor, Proposer
+from ._links import LinkSessions
 from ._membership import FailureDetector, Input, Role, transition
 from ._messages import (
     Accept,
@@ -78,6 +79,9 @@ class TokenRingProcess:
         self._rng = rng
         self._fd = FailureDetector()
         self._book = seqr.OrderBook(log_retention=config.log_retention)
+        self._links = LinkSessions(
+            capacity=config.max_unstable_messages, repair_interval=config.fetch_timeout
+        )
         self._outbox: list[tuple[ProcessId, Message]] = []
         self._deliveries: deque[Delivery] = deque()
         self._next_seq = 0
@@ -133,6 +137,7 @@ class TokenRingProcess:
             if pid not in members:
                 raise LocalProtocolError("a bootstrap member must be in members")
             self.config = bootstrap(tuple(members))
+            self._links.track(self.config.members)
             self.role = Role.CORE
             self._fd.grace(members, now)
             self._snap = self.config.state
@@ -185,6 +190,7 @@ class TokenRingProcess:
             return
         self._counts["received"] += 1
         self._fd.heard(sender, now, self.cfg.suspect_timeout)
+        self._links.arrived(sender, message)
         handler = _HANDLERS.get(type(message))
         if handler is None:
             return
@@ -218,8 +224,7 @@ class TokenRingProcess:
                 self._join_at = now + self.cfg.change_timeout
             return
         if now >= self._hb_at:
-            hb = Heartbeat(instance=self.config.instance, delivered=self._book.next_deliver)
-            self._send_all(hb)
+            self._send_heartbeats()
             self._hb_at = now + self.cfg.heartbeat_interval
             _datapath.resend_own(self, now)
         if self._token is not None and now >= self._pass_at:
@@ -276,6 +281,7 @@ class TokenRingProcess:
         sizes = self._book.sizes()
         sizes["own_unsequenced"] = len(self._own)
         sizes["outbox"] = len(self._outbox) + len(self._unsent)
+        sizes["kept_for_links"] = self._links.sizes()
         return sizes
 
     # -- sending ------------------------------------------------------------
@@ -285,6 +291,7 @@ class TokenRingProcess:
             # Own broadcasts leave before anything sent after them (FIFO links).
             self._flush_data()
         self._outbox.append((dest, message))
+        self._links.sent(dest, message)
         self._counts["sent"] += 1
 
     def _flush_data(self) -> None:
@@ -295,6 +302,14 @@ class TokenRingProcess:
             Data(event=events[0]) if len(events) == 1 else DataBatch(events=tuple(events))
         )
         self._send_all(message)
+
+    def _heartbeat(self, dest: ProcessId) -> Heartbeat:
+        return self._links.heartbeat(dest, self.config.instance, self._book.next_deliver)
+
+    def _send_heartbeats(self) -> None:
+        for p in self.config.members:
+            if p != self.pid:
+                self._send(p, self._heartbeat(p))
 
     def _send_all(self, message: Message, skip: ProcessId | None = None) -> None:
         for p in self.config.members:
@@ -328,6 +343,21 @@ class TokenRingProcess:
 
     def _on_heartbeat(self, sender: ProcessId, msg: Heartbeat, now: float) -> None:
         self._fd.reported_instance[sender] = msg.instance
+        if msg.missing and self._unsent:
+            self._flush_data()  # numbered before what is sent again
+        answer, again = self._links.on_heartbeat(sender, msg, now)
+        if again:
+            # Numbered from the first one kept, so that the receiver tells
+            # duplicates from what it lacked.
+            # The heartbeat after them numbers what follows again.
+            last = self._heartbeat(sender)
+            first = attrs.evolve(last, sent=self._links.first_kept(sender))
+            self._outbox.append((sender, first))
+            self._outbox.extend((sender, m) for m in again)
+            self._outbox.append((sender, last))
+            self._counts["sent"] += 2 + len(again)
+        elif answer:
+            self._send(sender, self._heartbeat(sender))
         if msg.instance > self.config.instance:
             self._rate_limited(sender, ConfigRequest(), now)
         elif msg.instance < self.config.instance:

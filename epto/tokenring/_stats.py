@@ -30,12 +30,17 @@ class TokenRingStatistics:
     fetches: int
     messages_sent: int
     messages_received: int
+    messages_resent: int = 0
+    """Messages sent again because a peer reported them lost (link sessions)."""
+    link_gaps: int = 0
+    """Losses found on incoming links (each one repaired by the peer)."""
     exclusion: str | None = None
     """Why the process left the view for good (see ``TokenRingProcess.exclusion``)."""
 
 
 def statistics_of(p: TokenRingProcess) -> TokenRingStatistics:
     c = p._counts
+    links = p._links.statistics()
     return TokenRingStatistics(
         role=p.role.value,
         instance=p.config.instance,
@@ -53,5 +58,7 @@ def statistics_of(p: TokenRingProcess) -> TokenRingStatistics:
         fetches=c["fetches"],
         messages_sent=c["sent"],
         messages_received=c["received"],
+        messages_resent=links.resent,
+        link_gaps=links.gaps,
         exclusion=p.exclusion,
     )
