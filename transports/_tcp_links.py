@@ -14,7 +14,9 @@ not started listening yet, one restarting): the queue is bounded by
 ``send_queue`` frames, and frames beyond it are dropped and counted. A
 stream that breaks loses what it was writing (counted too); the frames
 queued after that write go out on the next stream, and nothing is written
-twice. The protocol repairs what a broken stream lost.
+twice. The protocol repairs what a broken stream lost. Only once a peer has
+left the group's view is what waits for it dropped (:meth:`PeerLinks.forget`,
+counted), so that a crashed member's link stops retrying.
 """
 
 from __future__ import annotations
@@ -97,6 +99,17 @@ class PeerLinks:
         link.frames += len(frames)
         link.lot.unpark_all()
 
+    def forget(self, dest: ProcessId) -> None:
+        """``dest`` left the group's view: what waits for a stream to it that
+        is not up is dropped (and counted), and no more attempts are made
+        until something is sent to it again. A stream that is up drains."""
+        link = self._links.get(dest)
+        if link is None or link.stream is not None or not link.frames:
+            return
+        self._counts["dropped"] += link.frames
+        link.queue.clear()
+        link.frames = 0
+
     async def _peer_sender(self, dest: ProcessId, link: _Link) -> None:
         """Owns the outgoing stream to ``dest``: connects on demand (again
         after ``reconnect_interval`` while attempts fail), writes what is
@@ -111,6 +124,8 @@ class PeerLinks:
                     # What is queued waits for the stream (bounded by send()):
                     # a peer that does not listen yet must still get it.
                     await trio.sleep_until(next_attempt)
+                    if not link.queue:
+                        continue  # forgotten meanwhile
                     next_attempt = trio.current_time() + self._config.reconnect_interval
                     if not await self._connect(dest, link):
                         continue

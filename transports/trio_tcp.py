@@ -8,10 +8,10 @@ up. What the process sends a peer whose stream is not up yet (it does not
 listen yet, or its stream broke) waits for the stream, in order, up to
 ``send_queue`` frames (beyond that frames are dropped and counted in
 ``frames_dropped``); connection attempts repeat at most once per
-``reconnect_interval``. A broken stream loses only what was in flight (also
-counted), which the protocol repairs (retransmission of the token and of
-unsequenced messages, fetches, token regeneration); the driver never sends a
-frame twice.
+``reconnect_interval``, until the peer leaves the group's view. A broken
+stream loses only what was in flight (also counted), which the protocol
+repairs (retransmission of the token and of unsequenced messages, fetches,
+token regeneration); the driver never sends a frame twice.
 
 The node is in this module; its configuration and statistics are in
 :mod:`._tcp_config`, the stream framing in :mod:`._tcp_framing`, the incoming
@@ -101,6 +101,8 @@ class TokenRingNode(TaskOwner):
             0,
         )
         self._links = PeerLinks(config, self._addresses, self._counts, self._book, self._spawn)
+        self._view = -1
+        self._view_members: frozenset[ProcessId] = frozenset()
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -361,11 +363,19 @@ class TokenRingNode(TaskOwner):
 
     def _watch_view(self, process: TokenRingProcess) -> None:
         """After every input: send this node's address book when it can reach
-        new members of the view (:meth:`Directory.to_tell`); stop the node
-        once the process is excluded."""
+        new members of the view (:meth:`Directory.to_tell`); forget the links
+        to members that left the view; stop the node once the process is
+        excluded."""
         config = process.config
         for dest in self._directory.to_tell(config.instance, config.members):
             self._links.send(dest, self._book(dest), count_drops=False)
+        if config.view != self._view:
+            # Members that left the view (excluded, or rejoining under a new
+            # identity) are never sent to again: their links stop waiting.
+            members = frozenset(config.members)
+            for gone in self._view_members - members:
+                self._links.forget(gone)
+            self._view, self._view_members = config.view, members
         if process.excluded and self._state != "closed":
             self._excluded = True
             self._readers.unpark_all()

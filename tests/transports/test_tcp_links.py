@@ -30,9 +30,15 @@ async def read_frames(stream: trio.SocketStream, want: int) -> list[bytes]:
 
 
 def links_for(
-    address: str, nursery: trio.Nursery, counts: dict[str, int], send_queue: int = 10_000
+    address: str,
+    nursery: trio.Nursery,
+    counts: dict[str, int],
+    send_queue: int = 10_000,
+    reconnect_interval: float = 0.05,
 ) -> PeerLinks:
-    config = TokenRingNodeConfig(pid=1, send_queue=send_queue)
+    config = TokenRingNodeConfig(
+        pid=1, send_queue=send_queue, reconnect_interval=reconnect_interval
+    )
 
     def spawn(fn: Callable[..., Awaitable[None]], *args: Any) -> None:
         nursery.start_soon(fn, *args)
@@ -120,6 +126,31 @@ async def test_frames_wait_for_a_peer_that_refuses_until_it_listens() -> None:
     assert counts["dropped"] == 0
     assert counts["connects"] == 1
     assert counts["connect_failures"] >= 2
+
+
+@pytest.mark.trio
+async def test_a_peer_that_left_the_view_is_forgotten() -> None:
+    counts = dict.fromkeys(COUNTS, 0)
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            links = links_for("127.0.0.1:1", nursery, counts, reconnect_interval=0.01)
+            links.send(2, [b"a"] * 3)
+            while counts["connect_failures"] < 2:
+                await trio.sleep(0.001)
+            assert counts["dropped"] == 0
+            links.forget(2)
+            assert counts["dropped"] == 3
+            # No more attempts while nothing is sent to it (ten intervals).
+            failures = counts["connect_failures"]
+            await trio.sleep(0.1)
+            assert counts["connect_failures"] <= failures + 1
+            # Something new for it: attempts resume.
+            links.send(2, [b"b"])
+            while counts["connect_failures"] < failures + 2:
+                await trio.sleep(0.001)
+            nursery.cancel_scope.cancel()
+    assert counts["dropped"] == 3
+    assert counts["sent"] == 0
 
 
 def test_pack_frames_round_trips_through_the_reader() -> None:
