@@ -16,7 +16,8 @@ applies every command it delivers to a counter and records when. Figures:
   was broadcast, so latency cannot go below TTL x round interval.
 
 The EpTO and token-ring runs also check the three delivery sequences with
-``epto.check``.
+``epto.check``; the token-ring notes count view changes, fetches and the
+frames the TCP driver dropped during the measurement (and before it, if any).
 Needs the ``trio`` and ``zmq`` extras and PySyncObj (``pip install pysyncobj``).
 """
 
@@ -212,6 +213,7 @@ def _token_ring(
             t0 = result["t0"] = time.time()
             cpu0 = time.process_time()
             before = node.process.statistics()
+            node_before = node.statistics()
 
             async def submit() -> None:
                 # The schedule of every system: command k is submitted as soon
@@ -250,6 +252,11 @@ def _token_ring(
             result["changes"] = s.light_changes + s.full_changes
             result["changes"] -= before.light_changes + before.full_changes
             result["fetches"] = s.fetches - before.fetches
+            # Frames the driver lost (to a broken stream or a full queue),
+            # during the measured part and before it (the ring's start).
+            node_after = node.statistics()
+            result["dropped"] = node_after.frames_dropped - node_before.frames_dropped
+            result["dropped_before"] = node_before.frames_dropped
 
     trio.run(main)
     return {
@@ -260,6 +267,8 @@ def _token_ring(
         "cpu": result.get("cpu", 0.0),
         "changes": result.get("changes", 0),
         "fetches": result.get("fetches", 0),
+        "dropped": result.get("dropped", 0),
+        "dropped_before": result.get("dropped_before", 0),
     }
 
 
@@ -439,6 +448,8 @@ def _measure(system: str, args: argparse.Namespace) -> dict[str, Any]:
     if system == "token-ring":
         out["changes"] = max(r["changes"] for r in results.values())
         out["fetches"] = sum(r["fetches"] for r in results.values())
+        out["dropped"] = sum(r["dropped"] for r in results.values())
+        out["dropped_before"] = sum(r["dropped_before"] for r in results.values())
     return out
 
 
@@ -474,8 +485,14 @@ def run(args: argparse.Namespace) -> int:
             notes.append(f"order {r['check']}")
         if r.get("changes"):
             notes.append(f"{r['changes']} view changes")
-        if r.get("fetches"):
+        if "fetches" in r:
+            # Always shown for the token ring: on reliable FIFO links a fetch
+            # means a message was lost or late.
             notes.append(f"{r['fetches']} fetches")
+            dropped = f"{r['dropped']} frames dropped"
+            if r["dropped_before"]:
+                dropped += f" ({r['dropped_before']} before the start)"
+            notes.append(dropped)
         ms = 1000.0
         print(
             f"{r['system']:<11} {r['throughput']:>10.0f} {r['local_p50'] * ms:>8.1f}ms "
