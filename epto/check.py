@@ -70,10 +70,31 @@ class CheckReport:
     """Per process: events it was expected to deliver and did not."""
     missing_sample: Mapping[ProcessId, tuple[EventId, ...]]
     """Per process with holes: up to ten of the missing events."""
+    validity_checked: bool = False
+    """Whether validity was judged (``check`` was given ``broadcast`` and ``staying``)."""
+    validity_violations: tuple[EventId, ...] = ()
+    """Events broadcast by a process that stayed and not delivered by every
+    process that stayed (and was expected to deliver them), sorted; events
+    nobody delivered included, which the holes cannot count."""
+    undelivered: Mapping[ProcessId, int] = attrs.field(factory=dict)
+    """Per staying process: events of staying sources it owed and did not deliver."""
+    undelivered_sample: Mapping[ProcessId, tuple[EventId, ...]] = attrs.field(factory=dict)
+    """Per staying process that owes some: up to ten of those events."""
 
     @property
     def total_holes(self) -> int:
         return sum(self.holes.values())
+
+    @property
+    def total_undelivered(self) -> int:
+        """Deliveries owed to staying processes and missing (see :attr:`undelivered`)."""
+        return sum(self.undelivered.values())
+
+    @property
+    def valid(self) -> bool:
+        """Validity holds (or was not judged): every event of a staying process
+        was delivered by every staying process expected to deliver it."""
+        return not self.validity_violations
 
     @property
     def ok(self) -> bool:
@@ -87,10 +108,21 @@ class CheckReport:
             f"integrity violations: {len(self.integrity_violations)}",
             f"holes: {self.total_holes} at {sum(1 for h in self.holes.values() if h)} processes",
         ]
+        if self.validity_checked:
+            lines.append(
+                f"validity violations: {len(self.validity_violations)} events of staying "
+                f"processes not delivered by every staying process ({self.total_undelivered} "
+                f"missing deliveries at {sum(1 for u in self.undelivered.values() if u)} processes)"
+            )
         lines += [f"  order: {v.describe()}" for v in self.order_violations[:10]]
         lines += [
             f"  integrity: {v.kind} {v.event} at process {v.process}"
             for v in self.integrity_violations[:10]
+        ]
+        lines += [
+            f"  undelivered at process {p}: {', '.join(map(str, events))}"
+            + (" ..." if self.undelivered[p] > len(events) else "")
+            for p, events in sorted(self.undelivered_sample.items())[:10]
         ]
         return "\n".join(lines)
 
@@ -100,6 +132,7 @@ def check(
     *,
     broadcast: Collection[EventId] | None = None,
     expected: Callable[[ProcessId, EventId], bool] | None = None,
+    staying: Collection[ProcessId] | None = None,
 ) -> CheckReport:
     """Check delivery sequences (process -> event ids in delivery order).
 
@@ -108,6 +141,14 @@ def check(
     process ``p`` should have delivered event ``e`` (for example, it was in the
     group when ``e`` was broadcast); by default every process is expected to
     deliver every event delivered anywhere.
+
+    Holes count only events delivered *somewhere*: an event nobody delivered
+    is no hole. ``staying`` (with ``broadcast``) judges validity too: the
+    processes that stayed in the group for the whole run (never crashed, left
+    or were excluded; a staying process missing from ``sequences`` delivered
+    nothing). Every broadcast event whose source (``event[0]``) stayed must be
+    delivered by every staying process ``p`` with ``expected(p, e)``; the
+    events that are not are :attr:`CheckReport.validity_violations`.
     """
     edges: dict[tuple[EventId, EventId], ProcessId] = {}
     integrity: list[IntegrityViolation] = []
@@ -144,6 +185,10 @@ def check(
         holes[pid] = len(lacking)
         if lacking:
             missing[pid] = tuple(sorted(lacking)[:10])
+    checked = staying is not None and broadcast is not None
+    owed: dict[ProcessId, list[EventId]] = {}
+    if staying is not None and broadcast is not None:
+        owed = _owed(delivered_by, broadcast, expected, staying)
     return CheckReport(
         processes=len(delivered_by),
         deliveries=deliveries,
@@ -152,7 +197,34 @@ def check(
         integrity_violations=tuple(integrity),
         holes=holes,
         missing_sample=missing,
+        validity_checked=checked,
+        validity_violations=tuple(sorted({e for events in owed.values() for e in events})),
+        undelivered={p: len(events) for p, events in owed.items()},
+        undelivered_sample={p: tuple(sorted(e)[:10]) for p, e in owed.items() if e},
     )
+
+
+def _owed(
+    delivered_by: Mapping[ProcessId, set[EventId]],
+    broadcast: Collection[EventId],
+    expected: Callable[[ProcessId, EventId], bool] | None,
+    staying: Collection[ProcessId],
+) -> dict[ProcessId, list[EventId]]:
+    """Per staying process: the events of staying sources it should have
+    delivered and did not."""
+    stay = sorted(set(staying))
+    members = set(stay)
+    empty: set[EventId] = set()
+    owed: dict[ProcessId, list[EventId]] = {p: [] for p in stay}
+    for event in broadcast:
+        if event[0] not in members:
+            continue
+        for pid in stay:
+            if event not in delivered_by.get(pid, empty) and (
+                expected is None or expected(pid, event)
+            ):
+                owed[pid].append(event)
+    return owed
 
 
 def find_cycles(edges: Mapping[tuple[E, E], ProcessId]) -> list[OrderViolation]:

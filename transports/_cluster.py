@@ -3,7 +3,7 @@ with a :class:`DeliveryRecorder` attached, and the checker over it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from epto import Config, Delivery, DeliveryTag, EventId, ProcessId
@@ -84,7 +84,15 @@ class Cluster(Simulation):
             self.run_rounds(1)
         return True
 
-    def check(self, *, expected: Callable[[ProcessId, EventId], bool] | None = None) -> CheckReport:
+    def check(
+        self,
+        *,
+        expected: Callable[[ProcessId, EventId], bool] | None = None,
+        staying: Collection[ProcessId] | None = None,
+    ) -> CheckReport:
         """:func:`epto.check.check` over every process that ever ran, with the
-        set of broadcast events (so a never-broadcast delivery is caught)."""
-        return check(self.recorder.sequences, broadcast=self.broadcasts, expected=expected)
+        set of broadcast events (so a never-broadcast delivery is caught);
+        with ``staying`` (the processes that stayed in the group), validity too."""
+        return check(
+            self.recorder.sequences, broadcast=self.broadcasts, expected=expected, staying=staying
+        )

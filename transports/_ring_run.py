@@ -16,17 +16,17 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable
-from typing import Literal
 
 from epto import EventId, ProcessId
 from epto.check import check
 from epto.tokenring import TokenRingProcess
 
+from ._calendar import SimulationStalled
 from ._cluster import Cluster
 from ._ring_cluster import PositionRecorder
 from ._spec import SimulationSpec
 from ._virtual import SimulationObserver
-from ._virtual_run import SimulationResult, delay_summary, schedule_workload
+from ._virtual_run import Settled, SimulationResult, delay_summary, schedule_workload
 
 
 def run_token_ring(
@@ -51,37 +51,53 @@ def run_token_ring(
         pss_seeds=spec.pss_seeds,
         round_interval=delta,
         break_duration=max(top, 1.0),
+        max_items_per_instant=spec.max_items_per_instant,
     )
     positions = PositionRecorder()
     cluster.add_observer(positions)
     for obs in observers:
         cluster.add_observer(obs)
-    cluster.add_processes(spec.processes)
-    schedule_workload(cluster, spec, 0.0)
-
     settle = config.exclude_timeout + 4 * config.change_timeout + 10 * top
     drain = spec.max_drain_rounds
     if drain is None:
         drain = math.ceil(settle / delta)
     limit = spec.rounds + drain
     done = 0
-    settled: Literal["complete", "quiescent", "round-limit"] = "round-limit"
-    while True:
-        if done >= spec.rounds:
-            if spec.stop_when_complete and cluster.quiescent():
-                settled = "complete"
-                break
-            if done >= limit:
-                if cluster.quiescent():
+    settled: Settled = "round-limit"
+    stalled_at = None
+    try:
+        cluster.add_processes(spec.processes)
+        schedule_workload(cluster, spec, 0.0)
+        while True:
+            if done >= spec.rounds:
+                if spec.stop_when_complete and cluster.quiescent():
                     settled = "complete"
-                break
-        cluster.run_rounds(1)
-        done += 1
-        if progress is not None:
-            progress(done, max(limit, done))
+                    break
+                if done >= limit:
+                    if cluster.quiescent():
+                        settled = "complete"
+                    break
+            cluster.run_rounds(1)
+            done += 1
+            if progress is not None:
+                progress(done, max(limit, done))
+    except SimulationStalled as stall:
+        settled = "stalled"
+        stalled_at = stall.at
 
     procs = cluster.processes
-    staying = [p for p in procs if cluster.can_broadcast(p)]
+    in_view = staying = [p for p in procs if cluster.can_broadcast(p)]
+    # Members that stayed: those of the latest view (the primary component's:
+    # a cut-off minority keeps an older one and is excluded by the others).
+    latest = None
+    for p in staying:
+        proc = procs[p]
+        assert isinstance(proc, TokenRingProcess)
+        final = proc.statistics()
+        if latest is None or final.view > latest[0]:
+            latest = (final.view, set(final.members))
+    if latest is not None:
+        staying = [p for p in staying if p in latest[1]]
     starts: dict[ProcessId, int] = {}
     for p in staying:
         proc = procs[p]
@@ -90,9 +106,18 @@ def run_token_ring(
             starts[member] = seq
     position = positions.position
     kept = set(staying)
+    joined = cluster.joined_at
+    broadcasts = cluster.broadcasts
 
     def expected(pid: ProcessId, eid: EventId) -> bool:
-        return pid in kept and position.get(eid, -1) >= starts.get(pid, 0)
+        if pid not in kept:
+            return False
+        at = position.get(eid)
+        if at is None:
+            # Sequenced nowhere: owed by every member that had joined when it
+            # was broadcast (validity; holes only count delivered events).
+            return joined[pid] <= broadcasts[eid][1]
+        return at >= starts.get(pid, 0)
 
     # With the default k nothing delivered is ever rolled back, anywhere: check
     # every process that ever ran. A k below the majority guarantees order and
@@ -100,11 +125,11 @@ def run_token_ring(
     sequences = cluster.recorder.sequences
     if spec.k is not None:
         sequences = {p: seq for p, seq in sequences.items() if p in kept}
-    report = check(sequences, broadcast=cluster.broadcasts, expected=expected)
+    report = check(sequences, broadcast=cluster.broadcasts, expected=expected, staying=kept)
     delays = sorted(cluster.recorder.delays)
     stats = None
-    if staying:
-        first = procs[staying[0]]
+    if in_view:
+        first = procs[in_view[0]]
         assert isinstance(first, TokenRingProcess)
         stats = first.statistics()
     excluded = sum(1 for p in procs.values() if isinstance(p, TokenRingProcess) and p.excluded)
@@ -119,6 +144,8 @@ def run_token_ring(
         out_of_order_deliveries=0,
         holes=report.total_holes,
         processes_with_holes=sum(1 for h in report.holes.values() if h),
+        validity_violations=len(report.validity_violations),
+        undelivered=report.total_undelivered,
         order_violations=len(report.order_violations),
         integrity_violations=len(report.integrity_violations),
         delay=delay_summary(delays),
@@ -127,12 +154,13 @@ def run_token_ring(
         rounds_run=cluster.now / delta,
         virtual_time=cluster.now,
         settled=settled,
+        stalled_at=stalled_at,
         wall_seconds=time.perf_counter() - wall,
         report=report,
         delays=delays,
         extra_parameters={
             "k": config.effective_k(spec.processes, spec.processes) if spec.k is None else spec.k,
-            "members_at_end": len(staying),
+            "members_at_end": len(in_view),
             "excluded": excluded,
             "view_changes": None if stats is None else stats.full_changes,
             "iview_changes": None if stats is None else stats.light_changes,

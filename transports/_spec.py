@@ -95,6 +95,13 @@ class SimulationSpec:
     """Rounds after the first broadcasting round (``None``: a quarter of ``rounds``)."""
     partition_rounds: float | None = None
     """How long the partition lasts, in rounds (``None``: half of ``rounds``)."""
+    require_agreement: bool = False
+    """EpTO: count holes and validity violations as failures (a token ring
+    always does; EpTO's agreement is probabilistic, so by default they are only
+    reported)."""
+    max_items_per_instant: int | None = None
+    """The simulator's stall bound (``Simulation(max_items_per_instant=)``;
+    ``None``: its default)."""
 
     def validate(self) -> None:
         if not isinstance(self.processes, int) or self.processes < 2:
@@ -121,6 +128,11 @@ class SimulationSpec:
         if self.mode == "token-ring" and self.pss != "full":
             raise ConfigurationError("a token ring has no peer sampling: pss must be 'full'")
         _check_range("partition", self.partition, 0, 1)
+        bound = self.max_items_per_instant
+        if bound is not None and not (isinstance(bound, int) and bound >= 1):
+            raise ConfigurationError(
+                f"max_items_per_instant must be a positive integer, got {bound!r}"
+            )
         for name in ("partition_start", "partition_rounds"):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, int | float) and 0 <= value < 1e9):

@@ -24,10 +24,13 @@ from epto import Config, EventId, ProcessId
 from epto.check import CheckReport
 from epto.tokenring import TokenRingConfig
 
+from ._calendar import SimulationStalled
 from ._cluster import Cluster
 from ._network import NetworkStatistics
 from ._spec import SimulationSpec
 from ._virtual import Simulation, SimulationObserver
+
+Settled = Literal["complete", "quiescent", "round-limit", "stalled"]
 
 
 @attrs.frozen(kw_only=True)
@@ -50,6 +53,14 @@ class SimulationResult:
     """Events a process missed, among processes alive at the end and events
     broadcast after they joined that someone delivered."""
     processes_with_holes: int
+    validity_violations: int
+    """Events broadcast by a process that stayed in the group (alive at the
+    end; token ring: a member of the final view) that some staying process
+    expected to deliver them did not deliver, including events nobody
+    delivered (which :attr:`holes` cannot count)."""
+    undelivered: int
+    """The missing deliveries behind :attr:`validity_violations`: (staying
+    process, event) pairs."""
     order_violations: int
     integrity_violations: int
     delay: dict[str, float | None]
@@ -58,10 +69,13 @@ class SimulationResult:
     network: NetworkStatistics
     rounds_run: float
     virtual_time: float
-    settled: Literal["complete", "quiescent", "round-limit"]
+    settled: Settled
     """Why the run stopped: every live process delivered every event broadcast
     since it joined; or no ball in flight and nothing pending; or
-    ``max_drain_rounds`` passed first."""
+    ``max_drain_rounds`` passed first (a failure); or the simulation stalled
+    (:class:`SimulationStalled`: no progress in virtual time; a failure)."""
+    stalled_at: float | None
+    """The virtual time of the stall, if the run stalled."""
     wall_seconds: float
     report: CheckReport = attrs.field(repr=False)
     delays: Sequence[float] = attrs.field(repr=False)
@@ -69,6 +83,30 @@ class SimulationResult:
     extra_parameters: dict[str, Any] = attrs.field(factory=dict)
     """Engine-specific figures added to ``parameters`` (token ring: ``k``,
     view changes, exclusions)."""
+
+    @property
+    def failures(self) -> list[str]:
+        """Why the run failed, empty when it did not (the exit status of
+        ``epto simulate``: 1 with ``"safety"``, else 3 with any other):
+
+        * ``"safety"``: an order or integrity violation;
+        * ``"stalled"``: no progress in virtual time; ``"round-limit"``: the run
+          stopped at ``max_drain_rounds`` before settling (both modes);
+        * ``"validity"``: :attr:`validity_violations`; ``"agreement"``:
+          :attr:`holes`. Always for a token ring (deterministic agreement); for
+          EpTO (probabilistic agreement) only with ``spec.require_agreement``.
+        """
+        out = []
+        if self.order_violations or self.integrity_violations:
+            out.append("safety")
+        if self.settled in ("stalled", "round-limit"):
+            out.append(self.settled)
+        if self.spec.mode == "token-ring" or self.spec.require_agreement:
+            if self.validity_violations:
+                out.append("validity")
+            if self.holes:
+                out.append("agreement")
+        return out
 
     def summary(self) -> dict[str, Any]:
         net = attrs.asdict(self.network)
@@ -82,6 +120,8 @@ class SimulationResult:
             "out_of_order_deliveries": self.out_of_order_deliveries,
             "holes": self.holes,
             "processes_with_holes": self.processes_with_holes,
+            "validity_violations": self.validity_violations,
+            "undelivered": self.undelivered,
             "order_violations": self.order_violations,
             "integrity_violations": self.integrity_violations,
             "delay": dict(self.delay),
@@ -90,6 +130,10 @@ class SimulationResult:
             "rounds_run": self.rounds_run,
             "virtual_time": self.virtual_time,
             "settled": self.settled,
+            "stopped_at_round_limit": self.settled == "round-limit",
+            "stalled_at": self.stalled_at,
+            "failures": self.failures,
+            "ok": not self.failures,
             "wall_seconds": self.wall_seconds,
             "parameters": self._parameters(),
         }
@@ -209,25 +253,15 @@ def run_simulation(
         quantum=spec.quantum,
         pss=spec.cyclon_config() or "full",
         pss_seeds=spec.pss_seeds,
+        max_items_per_instant=spec.max_items_per_instant,
     )
     for obs in observers:
         cluster.add_observer(obs)
     cluster.add_processes(spec.processes)
-    if spec.pss == "cyclon" and spec.pss_warmup:
-        cluster.run_rounds(spec.pss_warmup)
-    t0 = cluster.now
-    schedule_workload(cluster, spec, t0)
-
     drain = spec.max_drain_rounds
     if drain is None:
         drain = 4 * (config.ttl + math.ceil(latency.maximum / delta) + 2)
     expected_rounds = spec.rounds + config.ttl + math.ceil(latency.maximum / delta) + 2
-    done = 0
-    while done < spec.rounds:
-        cluster.run_rounds(1)
-        done += 1
-        if progress is not None:
-            progress(done, expected_rounds)
     limit = spec.rounds + drain
     alive = cluster.processes
     joined = cluster.joined_at
@@ -252,25 +286,43 @@ def run_simulation(
                     return False
         return True
 
-    settled: Literal["complete", "quiescent", "round-limit"] = "round-limit"
-    while True:
-        if cluster.quiescent():
-            settled = "quiescent"
-            break
-        if spec.stop_when_complete and complete():
-            settled = "complete"
-            break
-        if done >= limit:
-            break
-        cluster.run_rounds(1)
-        done += 1
-        if progress is not None:
-            progress(done, max(expected_rounds, done))
+    settled: Settled = "round-limit"
+    stalled_at = None
+    t0 = cluster.now
+    try:
+        if spec.pss == "cyclon" and spec.pss_warmup:
+            cluster.run_rounds(spec.pss_warmup)
+        t0 = cluster.now
+        schedule_workload(cluster, spec, t0)
+        done = 0
+        while done < spec.rounds:
+            cluster.run_rounds(1)
+            done += 1
+            if progress is not None:
+                progress(done, expected_rounds)
+        while True:
+            if cluster.quiescent():
+                settled = "quiescent"
+                break
+            if spec.stop_when_complete and complete():
+                settled = "complete"
+                break
+            if done >= limit:
+                if complete():  # only the gossip tail was left (--run-to-quiescence)
+                    settled = "complete"
+                break
+            cluster.run_rounds(1)
+            done += 1
+            if progress is not None:
+                progress(done, max(expected_rounds, done))
+    except SimulationStalled as stall:
+        settled = "stalled"
+        stalled_at = stall.at
 
     def expected(pid: ProcessId, eid: EventId) -> bool:
         return pid in alive and broadcasts[eid][1] >= joined[pid]
 
-    report = cluster.check(expected=expected)
+    report = cluster.check(expected=expected, staying=alive)
     delays = sorted(cluster.recorder.delays)
     return SimulationResult(
         spec=spec,
@@ -283,6 +335,8 @@ def run_simulation(
         out_of_order_deliveries=sum(len(v) for v in cluster.recorder.out_of_order.values()),
         holes=report.total_holes,
         processes_with_holes=sum(1 for h in report.holes.values() if h),
+        validity_violations=len(report.validity_violations),
+        undelivered=report.total_undelivered,
         order_violations=len(report.order_violations),
         integrity_violations=len(report.integrity_violations),
         delay=delay_summary(delays),
@@ -291,6 +345,7 @@ def run_simulation(
         rounds_run=(cluster.now - t0) / delta,
         virtual_time=cluster.now,
         settled=settled,
+        stalled_at=stalled_at,
         wall_seconds=time.perf_counter() - wall,
         report=report,
         delays=delays,

@@ -24,8 +24,21 @@ def register(sub: Any) -> None:
             "Run an EpTO group in the seeded virtual-time network (EpTO paper, section 6: "
             "rounds of 125 ticks, 1%% drift, PlanetLab latencies), then check integrity, "
             "total order and agreement and report delivery delays. Time is in simulator "
-            "ticks (the PlanetLab latencies are milliseconds). Exit status 1 when integrity "
-            "or total order was violated."
+            "ticks (the PlanetLab latencies are milliseconds). Exit status: 0 when the run "
+            "passed; 1 when integrity or total order was violated (safety); 2 for invalid "
+            "options; 3 when validity or liveness failed: the run stopped at the round limit "
+            "before settling, or stalled (no progress in virtual time), or (token ring, or "
+            "EpTO with --require-agreement) an event of a member that stayed was not "
+            "delivered by every member that stayed. The JSON's 'failures' names the reasons."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "exit status:\n"
+            "  0  passed\n"
+            "  1  safety violated (integrity or total order)\n"
+            "  2  invalid options\n"
+            "  3  validity or liveness failed (undelivered events of staying members,\n"
+            "     stopped at the round limit, stalled); see 'failures' in the JSON"
         ),
     )
     g = p.add_argument_group("group and workload")
@@ -61,6 +74,13 @@ def register(sub: Any) -> None:
     e.add_argument("--c", type=float, default=2.0, help="safety constant of the TTL (> 1)")
     e.add_argument("--ordering", choices=("strict", "paper"), default="strict")
     e.add_argument("--tagged", action="store_true", help="tagged out-of-order delivery")
+    e.add_argument(
+        "--require-agreement",
+        action="store_true",
+        help="EpTO: fail (exit 3) on holes and validity violations too (EpTO's agreement "
+        "is probabilistic, so by default they are only reported; a token ring always fails "
+        "on them)",
+    )
 
     n = p.add_argument_group("network")
     n.add_argument("--round-length", type=float, default=125.0, help="δ in ticks (125)")
@@ -125,7 +145,21 @@ def register(sub: Any) -> None:
         default=1.0,
         help="scheduler time resolution in ticks; 0 for exact time (default 1)",
     )
-    n.add_argument("--max-drain-rounds", type=int, default=None)
+    n.add_argument(
+        "--max-drain-rounds",
+        type=int,
+        default=None,
+        help="rounds allowed after the broadcasting ones for events to settle; a run "
+        "that reaches it unsettled fails (exit 3)",
+    )
+    n.add_argument(
+        "--max-items-per-instant",
+        type=_positive_int,
+        default=None,
+        help="stall bound: more queue items than this at one instant of virtual time "
+        "stop the run as stalled (exit 3); default 1,000,000 or 1,000 per process, "
+        "whichever is larger",
+    )
     n.add_argument(
         "--run-to-quiescence",
         action="store_true",
@@ -225,6 +259,8 @@ def run(args: argparse.Namespace) -> int:
             partition=args.partition,
             partition_start=args.partition_start,
             partition_rounds=args.partition_rounds,
+            require_agreement=args.require_agreement,
+            max_items_per_instant=args.max_items_per_instant,
         )
         spec.validate()
         if spec.mode == "epto":
@@ -267,7 +303,10 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         _plot(result.delays, args.plot, summary)
     _print_summary(summary, result.report.summary())
-    return 1 if result.order_violations or result.integrity_violations else 0
+    failures = result.failures
+    if "safety" in failures:
+        return 1
+    return 3 if failures else 0
 
 
 def _print_summary(s: dict[str, Any], check_summary: str) -> None:
@@ -315,6 +354,11 @@ def _print_summary(s: dict[str, Any], check_summary: str) -> None:
         f"at {s['processes_with_holes']} processes"
     )
     print(
+        f"validity: {s['validity_violations']} events of staying "
+        f"{'members' if ring else 'processes'} not delivered by every one of them "
+        f"({s['undelivered']} missing deliveries)"
+    )
+    print(
         f"delivery delay (ticks): p50 {fmt(d['p50'])}, p95 {fmt(d['p95'])}, "
         f"p99 {fmt(d['p99'])}, max {fmt(d['max'])}"
     )
@@ -325,8 +369,15 @@ def _print_summary(s: dict[str, Any], check_summary: str) -> None:
         f"{', stopped at the round limit' if s['settled'] == 'round-limit' else ''}), "
         f"wall {s['wall_seconds']:.1f} s"
     )
-    if s["order_violations"] or s["integrity_violations"]:
+    if s["stalled_at"] is not None:
+        print(
+            f"STALLED at t = {s['stalled_at']!r}: no progress in virtual time "
+            f"(more than {p['max_items_per_instant'] or 'the default bound of'} items at "
+            "one instant; see --max-items-per-instant)"
+        )
+    if s["order_violations"] or s["integrity_violations"] or s["validity_violations"]:
         print(check_summary)
+    print("verdict: " + ("ok" if s["ok"] else "FAILED: " + ", ".join(s["failures"])))
 
 
 def _plot(delays: Any, path: Path, summary: dict[str, Any]) -> None:
