@@ -46,3 +46,44 @@ def test_long_sequences_do_not_recurse() -> None:
     assert check({1: seq, 2: seq}).ok
     report = check({1: seq, 2: list(reversed(seq))})
     assert len(report.order_violations) == 1
+
+
+def test_events_nobody_delivered_are_no_holes_but_validity_violations() -> None:
+    # Review issue 12, finding 5: holes count against events delivered
+    # *anywhere*, so a run where nobody delivered anything reports no hole.
+    a, b, c = (0, 0), (1, 0), (2, 0)
+    sequences: dict[int, list[tuple[int, int]]] = {0: [], 1: [], 2: []}
+    plain = check(sequences, broadcast={a, b, c})
+    assert plain.total_holes == 0 and not plain.validity_checked and plain.valid
+    report = check(sequences, broadcast={a, b, c}, staying=[0, 1, 2])
+    assert report.ok and report.total_holes == 0  # safety holds, no hole...
+    assert report.validity_checked
+    assert report.validity_violations == (a, b, c)  # ...but nothing was delivered
+    assert not report.valid
+    assert report.undelivered == {0: 3, 1: 3, 2: 3} and report.total_undelivered == 9
+    assert report.undelivered_sample[1] == (a, b, c)
+    assert "validity violations: 3 events" in report.summary()
+    assert "undelivered at process 0: (0, 0), (1, 0), (2, 0)" in report.summary()
+
+
+def test_validity_counts_only_events_of_staying_sources_at_staying_processes() -> None:
+    a, b, c, d = (0, 0), (1, 0), (3, 0), (0, 1)
+    sequences = {0: [a, b, d], 1: [a, b], 3: [c]}  # 3 crashed after broadcasting c
+    report = check(sequences, broadcast={a, b, c, d}, staying=[0, 1, 2])
+    # c's source left: not owed. d was delivered by 0 only; 2 (which stayed but
+    # is absent from the sequences) delivered nothing.
+    assert report.validity_violations == (a, d, b)  # sorted
+    assert report.undelivered == {0: 0, 1: 1, 2: 3}
+    assert report.undelivered_sample == {1: (d,), 2: (a, d, b)}
+    # expected() says who owed what: 2 joined after a and b were broadcast.
+    later = check(
+        sequences,
+        broadcast={a, b, c, d},
+        staying=[0, 1, 2],
+        expected=lambda p, e: p != 2 or e == d,
+    )
+    assert later.validity_violations == (d,)
+    assert later.undelivered == {0: 0, 1: 1, 2: 1}
+    # Everyone staying delivered everything of staying sources: valid.
+    whole = check({0: [a, b], 1: [a, b]}, broadcast={a, b, c}, staying=[0, 1])
+    assert whole.valid and whole.validity_violations == () and whole.total_undelivered == 0
