@@ -305,5 +305,34 @@ def test_simulate_log_dir(tmp_path: Path) -> None:
     assert result["holes"]["total"] == sim["holes"]
     broadcasts = read_broadcasts(logs)
     assert broadcasts is not None and len(broadcasts) == sim["events"]
+    assert result["validity"]["undelivered_events"] == sim["events"] - sim["events_delivered"]
     # One tick is one millisecond: the delays are the simulator's, in ms.
     assert result["delay_ms"]["max"] == sim["delay"]["max"]
+
+
+def test_check_reports_broadcast_events_nobody_delivered(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Holes count only events delivered somewhere: with the manifest, ``epto
+    check`` also names the broadcast events no node delivered (reported, not
+    judged: the logs do not say whether their sources stayed)."""
+    from epto.cli import main
+    from epto.log import check_logs, write_broadcasts
+
+    for node in (0, 1):
+        with DeliveryLogWriter(tmp_path, node) as w:
+            w.append_fields(source=0, seq=0, ts=1, payload=b"a", delivered_at=5)
+    write_broadcasts(tmp_path, [(0, 0, 1), (1, 0, 2), (1, 1, 3)])
+    result, _ = check_logs(tmp_path)
+    assert result["ok"] and result["holes"]["total"] == 0
+    assert result["validity"] == {
+        "undelivered_events": 2,
+        "undelivered_sample": [[1, 0], [1, 1]],
+    }
+    assert main(["check", str(tmp_path)]) == 0
+    assert "broadcast but delivered by no node: 2 events ((1, 0), (1, 1))" in (
+        capsys.readouterr().out
+    )
+    # Without a manifest nothing is known of what was broadcast.
+    (tmp_path / "broadcasts.csv").unlink()
+    assert check_logs(tmp_path)[0]["validity"] is None

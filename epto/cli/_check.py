@@ -14,8 +14,11 @@ def register(sub: Any) -> None:
         help="verify delivery logs in this process (small logs; see 'analyze' for Spark)",
         description=(
             "Verify total order, integrity and agreement of a directory of delivery logs "
-            "(one sub-directory per node) with epto.check, in memory. Exit status 0 when "
-            "safety holds, 1 when it is violated, 2 when the logs cannot be read."
+            "(one sub-directory per node) with epto.check, in memory. With the manifest "
+            "broadcasts.csv, also report the broadcast events no node delivered (holes "
+            "count only events delivered somewhere; who stayed in the group is not in the "
+            "logs, so these are reported, not judged). Exit status 0 when safety holds, 1 "
+            "when it is violated, 2 when the logs cannot be read."
         ),
     )
     p.add_argument("logdir", help="directory holding one log directory per node")

@@ -22,6 +22,7 @@ from ._summary import (
     nearest_rank,
     order_section,
     summary,
+    validity_section,
 )
 
 
@@ -73,6 +74,10 @@ def check_logs(root: str | os.PathLike[str]) -> tuple[dict[str, Any], list[tuple
         holes=holes_section(report.holes, report.missing_sample),
         delay_ms=None,
         engine="python",
+        validity=validity_section(
+            None if manifest is None else manifest.keys(),
+            (e for seq in everything.values() for e in seq),
+        ),
     )
     histogram: list[tuple[float, int]] = []
     if delays:

@@ -62,6 +62,24 @@ def holes_section(
     }
 
 
+def validity_section(
+    broadcast: Iterable[EventId] | None, delivered: Iterable[EventId]
+) -> dict[str, Any] | None:
+    """Events of the broadcast manifest that no node delivered (``None``
+    without a manifest). Holes count only events delivered somewhere, so
+    these would otherwise go unreported. Who stayed in the group is not in the
+    logs, so they are reported, not judged: an event whose source crashed at
+    once may rightly be delivered by nobody."""
+    if broadcast is None:
+        return None
+    seen = set(delivered)
+    missing = sorted(e for e in broadcast if e not in seen)
+    return {
+        "undelivered_events": len(missing),
+        "undelivered_sample": [list(e) for e in missing[:EXAMPLES]],
+    }
+
+
 def nearest_rank(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[max(0, math.ceil(q * len(sorted_values)) - 1)]
 
@@ -84,6 +102,7 @@ def summary(
     holes: dict[str, Any],
     delay_ms: dict[str, Any] | None,
     engine: str,
+    validity: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     return {
         "logdir": root,
@@ -96,6 +115,7 @@ def summary(
         "order": order,
         "integrity": integrity,
         "holes": holes,
+        "validity": validity,
         "delay_ms": delay_ms,
     }
 
@@ -112,6 +132,17 @@ def verdict_text(s: Mapping[str, Any]) -> str:
         f"{'unknown' if never is None else never})",
         f"holes: {s['holes']['total']} at {s['holes']['processes_with_holes']} processes",
     ]
+    validity = s.get("validity")
+    if validity is not None:
+        sample = ", ".join(f"({a}, {b})" for a, b in validity["undelivered_sample"][:10])
+        lines.append(
+            f"broadcast but delivered by no node: {validity['undelivered_events']} events"
+            + (
+                f" ({sample}{' ...' if validity['undelivered_events'] > 10 else ''})"
+                if sample
+                else ""
+            )
+        )
     lines += [f"  order: {v['text']}" for v in s["order"]["violations"][:10]]
     lines += [
         f"  integrity: {v['kind']} ({v['event'][0]}, {v['event'][1]}) at node {v['node']}"
