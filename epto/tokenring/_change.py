@@ -51,7 +51,14 @@ def _wanted(p: TokenRingProcess, now: float) -> Wanted:
     )
     stuck = p._fenced_since is not None and now - p._fenced_since > cfg.change_timeout
     return wanted_change(
-        p.config, p.pid, p._fd, cfg, now, joiners=p._joiners, token_lost=token_lost or stuck
+        p.config,
+        p.pid,
+        p._fd,
+        cfg,
+        now,
+        joiners=p._joiners,
+        token_lost=token_lost or stuck,
+        low=p._snap.low,
     )
 
 

@@ -194,10 +194,10 @@ def on_catchup(p: TokenRingProcess, sender: ProcessId, msg: Catchup, now: float)
     book = p._book
     if book.next_deliver < msg.oldest and not any(s == book.next_deliver for s, _ in msg.entries):
         # The sender no longer keeps what we miss (or never had it: it
-        # joined later). Once a majority of the view says so, nobody will
-        # serve it: leave, and rejoin under a new identity.
+        # joined later). Once a majority of the other members say so, nobody
+        # will serve it: leave, and rejoin under a new identity.
         p._too_old.add(sender)
-        if len(p._too_old) > len(p.config.members) // 2:
+        if len(p._too_old) > (len(p.config.members) - 1) // 2:
             p._leave(Input.TOO_FAR_BEHIND)
             return
     for event in msg.events:

@@ -97,6 +97,8 @@ class FailureDetector:
         self._last: dict[ProcessId, float] = {}
         self._since: dict[ProcessId, float] = {}
         self.reported_instance: dict[ProcessId, int] = {}
+        self.reported_delivered: dict[ProcessId, int] = {}
+        """Delivery watermarks the members' heartbeats reported."""
 
     def heard(self, pid: ProcessId, now: float, gap: float) -> None:
         last = self._last.get(pid)
@@ -147,7 +149,13 @@ def wanted_change(
     *,
     joiners: Iterable[ProcessId],
     token_lost: bool,
+    low: int = 0,
 ) -> Wanted:
+    """The change ``me`` would propose: demote silent core members, exclude
+    members silent past ``exclude_timeout``, admit joiners, and promote
+    external members heard long enough that have delivered up to ``low`` (the
+    token's low as ``me`` knows it): a member promoted while far behind would
+    hold the token until it caught up."""
     others = [p for p in config.members if p != me]
     exclude = frozenset(p for p in others if fd.silent_for(p, now) > cfg.exclude_timeout)
     demote = frozenset(
@@ -159,6 +167,7 @@ def wanted_change(
         if p != me
         and p not in exclude
         and fd.reported_instance.get(p) == config.instance
+        and fd.reported_delivered.get(p, -1) >= low
         and fd.alive_for(p, now, cfg.suspect_timeout) >= cfg.readmit_after
     )
     return Wanted(

@@ -343,6 +343,7 @@ class TokenRingProcess:
 
     def _on_heartbeat(self, sender: ProcessId, msg: Heartbeat, now: float) -> None:
         self._fd.reported_instance[sender] = msg.instance
+        self._fd.reported_delivered[sender] = msg.delivered
         if msg.missing and self._unsent:
             self._flush_data()  # numbered before what is sent again
         answer, again = self._links.on_heartbeat(sender, msg, now)

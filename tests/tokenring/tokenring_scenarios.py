@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import attrs
 from epto.transports.virtual import TokenRingCluster
@@ -101,3 +102,157 @@ def agreement_violations(cluster: TokenRingCluster) -> list[str]:
         elif seq != longest:
             problems.append(f"process {p} delivered {len(seq)} events, another {len(longest)}")
     return problems
+
+
+FAULTS = (
+    "isolate-holder",
+    "crash-holder",
+    "crash",
+    "flap",
+    "partition",
+    "breaks",
+    "join",
+    "second-change",
+)
+
+
+def adversarial_run(seed: int, settle: float = 10.0) -> tuple[TokenRingCluster, dict[str, object]]:
+    """One schedule of the offline campaign (scripts/token_ring_schedules.py
+    ``--adversarial``): every parameter is drawn from ``seed``.
+
+    3 to 9 members; a link-break rate (probability that a send breaks its
+    link, losing what is in flight and what is sent while it is down) from 0
+    to 0.2, with breaks of 1 to 50 ms; the smallest ``log_retention`` the
+    configuration allows in one run of three (it equals a small
+    ``max_unstable_messages``); two to four of :data:`FAULTS`: the token holder
+    cut off while it holds unsequenced messages and returned before
+    ``exclude_timeout``, a holder crash, any crash, a flapping member, a
+    partition healed later, scripted link breaks, a join, and a second
+    member cut off and returned (a second configuration change). Breaks stop
+    at the end of the fault phase; the run then lasts ``settle`` more
+    seconds, so that validity (every message of a member that stays in the
+    view delivered by every such member) can be checked."""
+    rng = random.Random(seed)
+    n = rng.choice([3, 4, 5, 5, 7, 9])
+    cfg = TokenRingConfig()
+    if rng.random() < 1 / 3:
+        window = rng.choice([8, 16, 64])
+        cfg = attrs.evolve(cfg, max_unstable_messages=window, log_retention=window)
+    loss = rng.choice([0.0, rng.uniform(0.0, 0.05), rng.uniform(0.0, 0.2)])
+    cluster = TokenRingCluster(
+        n,
+        cfg,
+        seed=seed,
+        delay=(0.0005, rng.choice([0.002, 0.01, 0.03])),
+        loss=loss,
+        break_duration=rng.uniform(0.001, 0.05),
+    )
+    faults_end = rng.uniform(3.0, 6.0)
+    count = 0
+    t = 0.05
+    # A window of a few messages sequences a few dozen per second: offer
+    # what the group can order, so that the run can end settled.
+    rate = rng.choice([20.0, 80.0, 300.0]) if cfg.max_unstable_messages > 16 else 20.0
+    while t < faults_end:
+        cluster.broadcast_at(t, rng.randrange(n), b"m%d" % count)
+        count += 1
+        t += rng.expovariate(rate)
+    faults = rng.sample(FAULTS, k=rng.randint(2, 4))
+    cut: dict[str, int] = {}
+
+    def holder(then: Callable[[int], None], need_pool: bool) -> Callable[[], None]:
+        def find() -> None:
+            for p, proc in cluster.procs.items():
+                busy = not need_pool or proc.memory_sizes()["pool"] > 0
+                if proc.holds_token() and busy and p not in cluster.crashed:
+                    then(p)
+                    return
+            if cluster.now < faults_end:
+                cluster.at(cluster.now + 0.0003, find)
+
+        return find
+
+    def isolate(p: int) -> None:
+        cut["isolated"] = p
+        cluster.disconnect(p)
+        back = rng.uniform(0.3, 0.8) * cfg.exclude_timeout
+        cluster.at(cluster.now + back, lambda: cluster.reconnect(p))
+
+    if "isolate-holder" in faults:
+        cluster.at(rng.uniform(0.2, 1.5), holder(isolate, need_pool=True))
+    if "crash-holder" in faults:
+        cluster.at(rng.uniform(0.5, 2.0), holder(cluster.crash, need_pool=False))
+    if "crash" in faults:
+        victim = rng.randrange(n)
+        cluster.at(rng.uniform(0.5, 3.0), lambda: cluster.crash(victim))
+    if "second-change" in faults:
+        other = rng.randrange(n)
+        start = rng.uniform(1.0, 3.0)
+        cluster.at(start, lambda: cluster.disconnect(other))
+        cluster.at(start + rng.uniform(0.4, 1.2), lambda: cluster.reconnect(other))
+    if "flap" in faults:
+        flapper = rng.randrange(n)
+        period = rng.uniform(0.2, 1.5)
+        t = rng.uniform(0.2, 1.0)
+        while t < faults_end:
+            cluster.at(t, lambda: cluster.disconnect(flapper))
+            cluster.at(t + period, lambda: cluster.reconnect(flapper))
+            t += 2 * period
+    if "partition" in faults:
+        members = list(range(n))
+        rng.shuffle(members)
+        cut_at = rng.randrange(1, n)
+        start = rng.uniform(0.5, 3.0)
+        end = start + rng.uniform(0.2, 6.0)
+        cluster.partition([members[:cut_at], members[cut_at:]], start=start, end=end)
+    if "breaks" in faults:
+        for _ in range(rng.randrange(3, 15)):
+            a, b = rng.sample(range(n), 2)
+            cluster.at(
+                rng.uniform(0.1, faults_end),
+                lambda a=a, b=b: cluster.break_link(a, b, rng.uniform(0.01, 0.5)),
+            )
+    if "join" in faults:
+        contacts = rng.sample(range(n), k=min(n, 2))
+        cluster.at(rng.uniform(0.5, 3.0), lambda: cluster.join(100 + seed % 7, contacts))
+
+    def calm() -> None:
+        cluster.loss = 0.0
+
+    cluster.at(faults_end, calm)
+    end = max(faults_end + 6.0, 12.0) + settle
+    cluster.run_until(end)
+    params: dict[str, object] = {
+        "n": n,
+        "loss": round(loss, 3),
+        "window": cfg.max_unstable_messages,
+        "faults": faults,
+    }
+    return cluster, params
+
+
+def campaign_violations(cluster: TokenRingCluster) -> list[str]:
+    """Order, integrity, agreement and validity among the members that stay in
+    the view (see :func:`adversarial_run`); every process that ever ran, for
+    order and integrity (the default ``k`` never rolls back a delivery)."""
+    found: list[str] = []
+    everyone = check(dict(cluster.delivered))
+    if everyone.order_violations or everyone.integrity_violations:
+        found.append(everyone.summary())
+    report = staying_report(cluster)
+    if not report.ok:
+        found.append(report.summary())
+    found += agreement_violations(cluster)
+    bootstrap = [p for p in cluster.procs if p < 100]
+    staying = [p for p in cluster.staying_members() if p < 100]
+    if 2 * len(staying) <= len(bootstrap):
+        # No majority of the view is left alive and in it (crashes, members
+        # that fell further behind than log_retention): the group cannot
+        # change configuration any more, and only safety is promised.
+        return found
+    sent = [e for e in cluster.broadcasts if e[0] in staying]
+    for p in staying:
+        missing = set(sent) - set(cluster.delivered[p])
+        if missing:
+            found.append(f"process {p} missed {len(missing)} messages of staying sources")
+    return found
