@@ -6,7 +6,7 @@ at the same time run in the order they were scheduled, including items
 scheduled while that time is being run. With a ``quantum`` every due time is
 rounded up to a multiple of it, so thousands of arrivals share one queue
 entry; without one, time is exact. The rounding never gives a time before the
-due time (:func:`round_up`): ``ceil(at / q) * q`` alone can, in floating
+due time (:meth:`CalendarQueue._push`): ``ceil(at / q) * q`` alone can, in floating
 point, and a timer run before it is due does nothing and re-arms at the same
 instant, forever.
 
@@ -69,16 +69,6 @@ class SimulationStalled(EptoError, RuntimeError):
         self.limit = limit
 
 
-def round_up(at: float, quantum: float) -> float:
-    """The smallest multiple of ``quantum`` (as computed, ``k * quantum``) that
-    is not before ``at``."""
-    k = math.ceil(at / quantum)
-    due = k * quantum
-    if due < at:  # the division rounded down: k * quantum fell just short
-        due = (k + 1) * quantum
-    return due
-
-
 class CalendarQueue:
     """Due times and the items due at each; :attr:`now` is the virtual clock.
 
@@ -124,6 +114,8 @@ class CalendarQueue:
     def _push(self, at: float, item: tuple[Any, ...]) -> None:
         q = self.quantum
         if q is not None:
+            # The smallest multiple ``k * q`` (as computed) not before ``at``:
+            # when the division rounded down, ``k * q`` falls just short.
             k = math.ceil(at / q)
             due = k * q
             at = due if due >= at else (k + 1) * q

@@ -218,7 +218,7 @@ class VirtualNetwork(CalendarQueue):
             self._in_flight += 1
             at = now + lat
             if quantum is not None:
-                # _calendar.round_up, inlined: never before ``now + lat``.
+                # CalendarQueue._push's rounding, inlined: never before ``now + lat``.
                 k = ceil(at / quantum)
                 due = k * quantum
                 at = due if due >= at else (k + 1) * quantum
