@@ -42,7 +42,9 @@ class Acceptor:
         self.accepted: tuple[Ballot, RingConfig] | None = None
 
     def prepare(self, ballot: Ballot) -> bool:
-        if self.promised is not None and ballot <= self.promised:
+        """Promise ``ballot``; True also for a copy of the ballot promised
+        last (a prepare sent again by a link session gets the same answer)."""
+        if self.promised is not None and ballot < self.promised:
             return False
         self.promised = ballot
         return True

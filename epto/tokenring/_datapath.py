@@ -160,9 +160,13 @@ def check_fetch(p: TokenRingProcess, now: float) -> None:
         end = max(end, p._pending[1].next_seq)
         target = p._pending[0]
     if target is None or target == p.pid:
-        others = [m for m in p.config.core if m != p.pid] or [
-            m for m in p.config.members if m != p.pid
-        ]
+        # Members that delivered past what we miss can serve it; others may
+        # miss it too.
+        others = (
+            _ahead(p)
+            or [m for m in p.config.core if m != p.pid]
+            or [m for m in p.config.members if m != p.pid]
+        )
         if not others:
             return
         target = p._rng.choice(others)
@@ -175,6 +179,13 @@ def check_fetch(p: TokenRingProcess, now: float) -> None:
     p._fetch_sent = now
     p._counts["fetches"] += 1
     p._order_from = None
+
+
+def _ahead(p: TokenRingProcess) -> list[ProcessId]:
+    """The other members whose heartbeats say they delivered past our watermark."""
+    need = p._book.next_deliver
+    reported = p._fd.reported_delivered
+    return [m for m in p.config.members if m != p.pid and reported.get(m, -1) > need]
 
 
 def on_fetch(p: TokenRingProcess, sender: ProcessId, msg: Fetch, now: float) -> None:
@@ -192,12 +203,14 @@ def on_fetch(p: TokenRingProcess, sender: ProcessId, msg: Fetch, now: float) -> 
 
 def on_catchup(p: TokenRingProcess, sender: ProcessId, msg: Catchup, now: float) -> None:
     book = p._book
-    if book.next_deliver < msg.oldest and not any(s == book.next_deliver for s, _ in msg.entries):
+    need = book.next_deliver
+    if need < msg.oldest and not any(s == need for s, _ in msg.entries):
         # The sender no longer keeps what we miss (or never had it: it
-        # joined later). Once a majority of the other members say so, nobody
-        # will serve it: leave, and rejoin under a new identity.
-        p._too_old.add(sender)
-        if len(p._too_old) > (len(p.config.members) - 1) // 2:
+        # joined later). Once every member that delivered past it says so,
+        # nobody will serve it: leave, and rejoin under a new identity.
+        p._too_old[sender] = need
+        ahead = _ahead(p)
+        if ahead and all(p._too_old.get(m) == need for m in ahead):
             p._leave(Input.TOO_FAR_BEHIND)
             return
     for event in msg.events:

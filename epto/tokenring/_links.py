@@ -55,14 +55,17 @@ class _Outgoing:
 
 
 class _Incoming:
-    __slots__ = ("expected", "missing_since", "received")
+    __slots__ = ("expected", "received", "synced")
 
     def __init__(self) -> None:
         self.expected = 0
         """Number of the next message from this peer."""
         self.received = 0
         """Every message numbered below this arrived."""
-        self.missing_since: float | None = None
+        self.synced = False
+        """Whether a heartbeat of this peer numbered its messages yet: the
+        session starts at the first one (what a peer sent before we counted
+        it as a member is not ours to repair)."""
 
 
 @attrs.frozen(kw_only=True, slots=True)
@@ -146,6 +149,9 @@ class LinkSessions:
         if inc is None:
             inc = self._in[sender] = _Incoming()
         answer = False
+        if not inc.synced:
+            inc.synced = True
+            inc.expected = inc.received = hb.sent
         # Below ``base`` the sender no longer keeps anything: not coming back.
         if hb.base > inc.received:
             inc.received = hb.base

@@ -118,7 +118,9 @@ class TokenRingProcess:
         self._want_since: float | None = None
         self._replied: dict[ProcessId, float] = {}
         self._order_from: ProcessId | None = None
-        self._too_old: set[ProcessId] = set()
+        self._too_old: dict[ProcessId, int] = {}
+        """Members that said they no longer keep what we miss, and the
+        position we missed then."""
         self._exclusion: str | None = None
         self._counts = dict.fromkeys(
             (

@@ -98,7 +98,7 @@ def test_paxos_acceptor_rules() -> None:
     a = Acceptor(0)
     value = bootstrap((1, 2, 3))
     assert a.prepare((1, 0))
-    assert not a.prepare((1, 0))
+    assert a.prepare((1, 0))  # a copy (sent again by a link session): same answer
     assert not a.prepare((0, 2))
     assert a.accept((1, 0), value)
     assert a.prepare((2, 1))

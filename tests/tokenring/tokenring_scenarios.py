@@ -243,13 +243,14 @@ def campaign_violations(cluster: TokenRingCluster) -> list[str]:
     if not report.ok:
         found.append(report.summary())
     found += agreement_violations(cluster)
-    bootstrap = [p for p in cluster.procs if p < 100]
-    staying = [p for p in cluster.staying_members() if p < 100]
-    if 2 * len(staying) <= len(bootstrap):
-        # No majority of the view is left alive and in it (crashes, members
+    latest = max((proc.config for proc in cluster.procs.values()), key=lambda c: c.instance)
+    alive = [p for p in cluster.staying_members() if p in latest.members]
+    if 2 * len(alive) <= len(latest.members):
+        # No majority of the latest view is alive and in it (crashes, members
         # that fell further behind than log_retention): the group cannot
         # change configuration any more, and only safety is promised.
         return found
+    staying = [p for p in alive if p < 100]
     sent = [e for e in cluster.broadcasts if e[0] in staying]
     for p in staying:
         missing = set(sent) - set(cluster.delivered[p])
