@@ -87,7 +87,13 @@ class MemberExcludedError(LocalProtocolError):
     """This member is out of the group's view for good (excluded by a view
     change, its delivered prefix diverged, or it fell too far behind). The node
     has stopped; to take part again, start a new node with a **new** process id
-    that joins through ``contacts``."""
+    that joins through ``contacts``. :attr:`reason` is the process's
+    ``exclusion``: ``"removed from the view"``, ``"diverged"`` or ``"too far
+    behind"``."""
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @attrs.frozen(kw_only=True, slots=True)

@@ -200,9 +200,11 @@ class TokenRingNode(TaskOwner):
                 )
             if self._state == "closed":
                 if self._excluded:
+                    why = self._process.exclusion if self._process is not None else None
                     raise MemberExcludedError(
-                        f"member {self.config.pid} was excluded from the group's view; "
-                        "rejoin with a new process id through contacts"
+                        f"member {self.config.pid} left the group's view for good "
+                        f"({why or 'excluded'}); rejoin with a new process id through contacts",
+                        reason=why,
                     )
                 raise StopAsyncIteration
             await self._readers.park()

@@ -272,9 +272,10 @@ async def test_an_excluded_member_must_rejoin_under_a_new_identity() -> None:
             again = await stack.enter_async_context(
                 TokenRingNode(node_config(3, False, members={**members, 3: "127.0.0.1:0"}))
             )
-            with pytest.raises(MemberExcludedError, match="new process id"):
+            with pytest.raises(MemberExcludedError, match="new process id") as info:
                 async for _ in again:
                     pass
+            assert info.value.reason == "removed from the view"
             assert again.excluded and again.statistics().role == "excluded"
             with pytest.raises(Exception, match="closed"):
                 again.broadcast(b"too late")
