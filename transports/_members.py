@@ -76,7 +76,7 @@ class Members(VirtualNetwork):
         pss: Literal["full"] | CyclonConfig = "full",
         pss_seeds: int = 1,
         round_interval: float | None = None,
-        break_duration: float | None = None,
+        break_duration: float | Literal["round-trip"] | None = None,
         max_items_per_instant: int | None = None,
     ) -> None:
         if not (isinstance(drift, int | float) and 0 <= drift < 1):

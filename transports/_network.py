@@ -8,7 +8,9 @@ and links, for the two kinds of traffic the simulated processes produce.
   overtakes an earlier one on the same directed link (its arrival is
   ``max(now + latency, last arrival on that link)``). Loss is what TCP shows
   of it: with probability ``loss`` a send *breaks* the link (both directions)
-  for ``break_duration``; the message, everything in flight on the link and
+  for ``break_duration`` (or, with ``ROUND_TRIP``, for one round trip of that
+  link: twice a latency drawn for it, what a TCP reconnection takes); the
+  message, everything in flight on the link and
   everything sent while it is down are lost, and the link then reconnects.
   :meth:`VirtualNetwork.disconnect` breaks every link of a process until
   :meth:`VirtualNetwork.reconnect`.
@@ -23,7 +25,7 @@ import heapq
 import math
 import random
 from collections.abc import Collection, Iterable
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
@@ -58,6 +60,10 @@ class NetworkStatistics:
     """Peer sampling messages handed to a live process."""
 
 
+ROUND_TRIP: Literal["round-trip"] = "round-trip"
+"""``break_duration`` for links that stay down one round trip of their own."""
+
+
 class VirtualNetwork(CalendarQueue):
     """Latency, loss and partitions over the calendar queue."""
 
@@ -68,7 +74,7 @@ class VirtualNetwork(CalendarQueue):
         latency: LatencyModel | None,
         loss: float,
         quantum: float | None,
-        break_duration: float | None = None,
+        break_duration: float | Literal["round-trip"] | None = None,
         max_items_per_instant: int | None = None,
     ) -> None:
         super().__init__(quantum, max_items_per_instant)
@@ -78,12 +84,17 @@ class VirtualNetwork(CalendarQueue):
         self.loss = float(loss)
         if break_duration is None:
             break_duration = self.latency.maximum
+        self._break_round_trip = break_duration == ROUND_TRIP
+        if self._break_round_trip:
+            break_duration = 0.0
         if not (isinstance(break_duration, int | float) and 0 <= break_duration < math.inf):
             raise ConfigurationError(
-                f"break_duration must be a non-negative number, got {break_duration!r}"
+                "break_duration must be a non-negative number or "
+                f"{ROUND_TRIP!r}, got {break_duration!r}"
             )
         self.break_duration = float(break_duration)
-        """Links: how long a link broken by the loss model stays down."""
+        """Links: how long a link broken by the loss model stays down (unless
+        it stays down for one round trip of the link)."""
         self._net_rng = random.Random(f"epto-sim/{seed}/network")
         self._links: dict[tuple[ProcessId, ProcessId], float] = {}
         self._partitions: list[Sides] = []
@@ -251,7 +262,13 @@ class VirtualNetwork(CalendarQueue):
                 continue
             if loss and rng.random() < loss:
                 self._lost += 1
-                self.break_link(src, dest, self.break_duration)
+                down = self.break_duration
+                if self._break_round_trip:
+                    lat = self._links.get(link) if self._links else None
+                    if lat is None:
+                        lat = self.latency.sample(src, dest, rng)
+                    down = max(2 * lat, self.quantum or 0.0)
+                self.break_link(src, dest, down)
                 continue
             lat = self._links.get(link) if self._links else None
             if lat is None:

@@ -23,6 +23,7 @@ from epto.tokenring import TokenRingProcess
 
 from ._calendar import SimulationStalled
 from ._cluster import Cluster
+from ._network import ROUND_TRIP
 from ._ring_cluster import PositionRecorder
 from ._spec import SimulationSpec
 from ._virtual import SimulationObserver
@@ -50,7 +51,7 @@ def run_token_ring(
         quantum=spec.quantum,
         pss_seeds=spec.pss_seeds,
         round_interval=delta,
-        break_duration=max(top, 1.0),
+        break_duration=ROUND_TRIP if spec.break_duration is None else spec.break_duration,
         max_items_per_instant=spec.max_items_per_instant,
     )
     positions = PositionRecorder()

@@ -48,6 +48,10 @@ class SimulationSpec:
     """Uniform model: largest latency; constant model: the latency."""
     planetlab_per_link: bool = True
     loss: float = 0.0
+    break_duration: float | None = None
+    """Token ring: how long a link broken by ``loss`` stays down (``None``: one
+    round trip of that link, twice a latency drawn for it, at least one
+    quantum: what a TCP reconnection takes)."""
     churn: float = 0.0
     """Processes replaced per round during the broadcasting rounds (α)."""
     ordering: Literal["strict", "paper"] = "strict"
@@ -113,6 +117,10 @@ class SimulationSpec:
             raise ConfigurationError(f"events must be a non-negative integer, got {self.events!r}")
         _check_range("drift", self.drift, 0, 1)
         _check_range("loss", self.loss, 0, 1)
+        if self.break_duration is not None and not self.break_duration >= 0:
+            raise ConfigurationError(
+                f"break_duration must be >= 0 or None, got {self.break_duration!r}"
+            )
         _check_range("churn", self.churn, 0, self.processes)
         if self.payload_size < 8:
             raise ConfigurationError("payload_size must be at least 8 bytes")

@@ -108,6 +108,14 @@ def register(sub: Any) -> None:
         "a latency per link",
     )
     n.add_argument("--loss", type=float, default=0.0, help="message loss rate in [0, 1)")
+    n.add_argument(
+        "--break-duration",
+        type=float,
+        default=None,
+        metavar="TICKS",
+        help="token ring: how long a link broken by --loss stays down "
+        "(default: one round trip of that link)",
+    )
     churn = n.add_mutually_exclusive_group()
     churn.add_argument(
         "--churn",
@@ -240,6 +248,7 @@ def run(args: argparse.Namespace) -> int:
             latency_high=args.latency_max,
             planetlab_per_link=not args.planetlab_per_message,
             loss=args.loss,
+            break_duration=args.break_duration,
             churn=churn,
             ordering=args.ordering,
             tagged_delivery=args.tagged,

@@ -23,6 +23,9 @@ from ._messages import Catchup, Data, DataBatch, Fetch, Order, TokenState
 if TYPE_CHECKING:
     from ._process import TokenRingProcess
 
+FETCH_SPAN = 4096
+"""Most positions one fetch asks for and one catch-up answers."""
+
 DELIVER_CHUNK = 256
 """Most messages one input (receive or handle_timer) delivers; more wait for
 the next handle_timer, which is due at once."""
@@ -104,7 +107,7 @@ def deliver(p: TokenRingProcess, now: float) -> None:
         p._deliver_at = now
         return
     book = p._book
-    if book.next_deliver < book.stable or p._pending is not None:
+    if book.next_deliver < _known_end(p) or p._pending is not None:
         if p._fetch_since is None:
             p._fetch_since = now
     else:
@@ -154,22 +157,28 @@ def check_fetch(p: TokenRingProcess, now: float) -> None:
         return
     p._fetch_sent = now
     book = p._book
-    end = book.stable
+    end = _known_end(p)
     target = p._order_from
     if p._pending is not None:
         end = max(end, p._pending[1].next_seq)
         target = p._pending[0]
-    if target is None or target == p.pid:
-        # Members that delivered past what we miss can serve it; others may
-        # miss it too.
+    need = book.next_deliver
+    if target is None or target == p.pid or p._too_old.get(target) == need:
+        # Members that delivered past what we miss can serve it (those that
+        # did not say they no longer keep it first); others may miss it too.
+        ahead = _ahead(p)
         others = (
-            _ahead(p)
+            [m for m in ahead if p._too_old.get(m) != need]
+            or ahead
             or [m for m in p.config.core if m != p.pid]
             or [m for m in p.config.members if m != p.pid]
         )
         if not others:
             return
         target = p._rng.choice(others)
+    # A fetch covers at most FETCH_SPAN positions (what one catch-up carries),
+    # whatever a token or a heartbeat claims: the walk below is bounded.
+    end = min(end, book.next_deliver + FETCH_SPAN)
     gaps, ids = book.missing(end)
     if not gaps and not ids:
         p._fetch_since = None
@@ -179,6 +188,16 @@ def check_fetch(p: TokenRingProcess, now: float) -> None:
     p._fetch_sent = now
     p._counts["fetches"] += 1
     p._order_from = None
+
+
+def _known_end(p: TokenRingProcess) -> int:
+    """How far this process knows the order to be final: its stability mark,
+    or further if a member's heartbeat says it delivered further (a member
+    that missed the notices, with no configuration change to come, must
+    still deliver what the others did)."""
+    reported = p._fd.reported_delivered
+    ahead = max((reported.get(m, 0) for m in p.config.members if m != p.pid), default=0)
+    return max(p._book.stable, ahead)
 
 
 def _ahead(p: TokenRingProcess) -> list[ProcessId]:
@@ -192,7 +211,7 @@ def on_fetch(p: TokenRingProcess, sender: ProcessId, msg: Fetch, now: float) -> 
     book = p._book
     # Final assignments only (below our stable watermark): a tentative one
     # may belong to a token the group has replaced (see _sequencer).
-    end = min(msg.end, msg.start + 4096, book.stable)
+    end = min(msg.end, msg.start + FETCH_SPAN, book.stable)
     entries = tuple(book.entries(msg.start, end))
     events = tuple(e for e in (book.payload(i) for i in msg.ids) if e is not None)
     p._send(
