@@ -49,6 +49,14 @@ class TokenRingNodeConfig:
     """Group id carried by every frame; frames of other groups are refused."""
     group_key: GroupKey | None = None
     """Seal every frame under this key (AEAD), bound to its receiver."""
+    signing_key: bytes | None = None
+    """This member's Ed25519 private key (32 bytes, ``epto.keys.load_signing_key``):
+    its broadcasts are signed (docs/security.md)."""
+    roster: Mapping[ProcessId, bytes] | None = None
+    """Public keys of the members (``epto.keys.load_roster``): events whose
+    signature does not verify are refused and counted in
+    ``statistics().rejected`` (``bad-signature``, ``unsigned``,
+    ``unknown-source``, ``altered``). A signed group sets both."""
     limits: Limits = attrs.field(factory=_stream_limits)
     """Frame bounds (every member must use the same). Token states and
     catch-ups grow with the unstable messages, hence 1 MiB frames by default."""

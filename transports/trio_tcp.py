@@ -40,10 +40,12 @@ import trio
 from epto import (
     Delivery,
     EventId,
+    EventSigner,
     FrameCodec,
     GroupSealer,
     LocalProtocolError,
     ProcessId,
+    SignatureVerifier,
 )
 from epto.tokenring import TokenRingProcess, token_ring_registry
 
@@ -124,12 +126,17 @@ class TokenRingNode(TaskOwner):
         )
         if cfg.contacts:
             self._process = TokenRingProcess(
-                cfg.pid, cfg.tokenring, rng=rng, now=now, contacts=sorted(cfg.contacts)
+                cfg.pid,
+                cfg.tokenring,
+                rng=rng,
+                now=now,
+                contacts=sorted(cfg.contacts),
+                **self._signing(),
             )
         else:
             members = sorted(set(cfg.members) | {cfg.pid})
             self._process = TokenRingProcess(
-                cfg.pid, cfg.tokenring, rng=rng, now=now, members=members
+                cfg.pid, cfg.tokenring, rng=rng, now=now, members=members, **self._signing()
             )
         host, port = parse_host_port(cfg.bind)
         self._listeners = await trio.open_tcp_listeners(port, host=host)
@@ -255,6 +262,9 @@ class TokenRingNode(TaskOwner):
         rejected = dict(self._codec.rejected) if self._codec is not None else {}
         if self._directory.rejected:
             rejected["bad-address"] = rejected.get("bad-address", 0) + self._directory.rejected
+        if self._process is not None:
+            for reason, count in self._process.rejected.items():
+                rejected[reason] = rejected.get(reason, 0) + count
         return rejected
 
     # -- the loop -----------------------------------------------------------
@@ -362,6 +372,16 @@ class TokenRingNode(TaskOwner):
     ) -> None:
         self._directory.learn(sender, book, lambda: str(stream.socket.getpeername()[0]))
         self._watch_view(self._require_process())
+
+    def _signing(self) -> dict[str, Any]:
+        """The process's signing hooks for a signed group (docs/security.md)."""
+        cfg = self.config
+        hooks: dict[str, Any] = {}
+        if cfg.signing_key is not None:
+            hooks["signer"] = EventSigner(cfg.pid, cfg.signing_key).signature
+        if cfg.roster is not None:
+            hooks["verifier"] = SignatureVerifier(cfg.roster).check
+        return hooks
 
     def _watch_view(self, process: TokenRingProcess) -> None:
         """After every input: send this node's address book when it can reach

@@ -162,6 +162,10 @@ def _mine(p: TokenRingProcess, instance: int, ballot: tuple[int, int]) -> Propos
 def on_promise(p: TokenRingProcess, sender: ProcessId, msg: Promise, now: float) -> None:
     proposer = _mine(p, msg.instance, msg.ballot)
     if proposer is not None:
+        events = msg.report.events
+        kept = tuple(e for e in events if p._authentic(attrs.evolve(e[1], ts=0)))
+        if len(kept) != len(events):
+            msg = attrs.evolve(msg, report=attrs.evolve(msg.report, events=kept))
         proposer.promised(sender, msg)
         maybe_phase2(p, now)
 

@@ -32,6 +32,8 @@ the next handle_timer, which is due at once."""
 
 
 def on_data(p: TokenRingProcess, sender: ProcessId, msg: Data, now: float) -> None:
+    if not p._authentic(msg.event):
+        return
     p._book.add_event(msg.event)
     if p._pending is not None:
         p._try_accept(now)
@@ -41,7 +43,8 @@ def on_data(p: TokenRingProcess, sender: ProcessId, msg: Data, now: float) -> No
 def on_data_batch(p: TokenRingProcess, sender: ProcessId, msg: DataBatch, now: float) -> None:
     add = p._book.add_event
     for event in msg.events:
-        add(event)
+        if p._authentic(event):
+            add(event)
     if p._pending is not None:
         p._try_accept(now)
     p._hurry_token(now)
@@ -233,9 +236,12 @@ def on_catchup(p: TokenRingProcess, sender: ProcessId, msg: Catchup, now: float)
             p._leave(Input.TOO_FAR_BEHIND)
             return
     for event in msg.events:
-        book.add_event(event)
+        if p._authentic(event):
+            book.add_event(event)
     try:
         for seq, event in msg.entries:
+            if not p._authentic(attrs.evolve(event, ts=0)):
+                continue
             book.learn([(seq, event.id)], 0)
             book.add_event(attrs.evolve(event, ts=0))
         delivered_end = max((s + 1 for s, _ in msg.entries if s < msg.stable), default=0)

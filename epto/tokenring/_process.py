@@ -71,12 +71,22 @@ class TokenRingProcess:
         now: float,
         members: Sequence[ProcessId] | None = None,
         contacts: Sequence[ProcessId] = (),
+        signer: Callable[[Event], bytes] | None = None,
+        verifier: Callable[[Event], str | None] | None = None,
     ) -> None:
         if not isinstance(pid, int) or not 0 <= pid < 2**64:
             raise LocalProtocolError(f"process id must be an integer in [0, 2**64), got {pid!r}")
         self.pid = pid
         self.cfg = config
         self._rng = rng
+        self._signer = signer
+        self._verifier = verifier
+        """Signed groups: ``verifier(event)`` is None for an authentic event,
+        else the reason (``epto.SignatureVerifier.check``); events that fail
+        are dropped where they enter (payloads, catch-ups, reports)."""
+        self.rejected: dict[str, int] = {}
+        """Events and messages refused, by reason (signatures; values out of
+        bounds; member-only messages from non-members)."""
         self._fd = FailureDetector()
         self._book = seqr.OrderBook(log_retention=config.log_retention)
         self._links = LinkSessions(
@@ -177,6 +187,8 @@ class TokenRingProcess:
         seq = self._next_seq
         self._next_seq += 1
         event = Event(source=self.pid, seq=seq, ts=0, payload=bytes(payload))
+        if self._signer is not None:
+            event = attrs.evolve(event, signature=self._signer(event))
         self._own[seq] = (event, now)
         self._book.add_event(event)
         self._unsent.append(event)
@@ -287,6 +299,19 @@ class TokenRingProcess:
         return sizes
 
     # -- sending ------------------------------------------------------------
+
+    def _authentic(self, event: Event) -> bool:
+        """Whether ``event`` may enter (always, without a verifier)."""
+        if self._verifier is None:
+            return True
+        reason = self._verifier(event)
+        if reason is None:
+            return True
+        self._reject(reason)
+        return False
+
+    def _reject(self, reason: str) -> None:
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
 
     def _send(self, dest: ProcessId, message: Message) -> None:
         if self._unsent:
