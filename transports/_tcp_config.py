@@ -15,6 +15,13 @@ from ._common import Address, OverflowPolicy, parse_host_port
 
 __all__ = ["MemberExcludedError", "TokenRingNodeConfig", "TokenRingNodeStatistics"]
 
+OPENER_MAX = 318
+"""Largest opening frame of a stream: an address frame with one entry of at
+most 255 address bytes, sealed and bound to its receiver."""
+
+MIN_FIRST_FRAME = 512
+"""Least ``first_frame_limit`` (above :data:`OPENER_MAX`)."""
+
 
 def _stream_limits() -> Limits:
     # A catch-up carries up to 4096 sequenced messages (TokenRingProcess); a
@@ -72,6 +79,36 @@ class TokenRingNodeConfig:
     dropped and counted in ``frames_dropped``."""
     flush_timeout: float = 5.0
     """Seconds ``aclose()`` waits for this node's own broadcasts to be delivered."""
+    max_connections: int = 256
+    """Incoming streams open at once (authenticated or not). A connection
+    beyond it is closed at once and counted in
+    ``statistics().connections_refused["too-many-connections"]``. A member
+    keeps one incoming stream per peer that sends to it."""
+    max_connections_per_address: int = 64
+    """Incoming streams open at once from one remote IP address; beyond it a
+    new connection is closed at once (``"too-many-from-address"``)."""
+    handshake_timeout: float = 5.0
+    """Seconds a new incoming stream has to deliver its first frame, which
+    must authenticate (with ``group_key``) or decode (without), else it is
+    closed (``"handshake-timeout"``; a first frame that does not pass is
+    ``"handshake-rejected"``)."""
+    first_frame_limit: int = 4096
+    """Largest first frame of an incoming stream, in bytes: before a frame of
+    the stream authenticated, at most this much (and its length prefix) is
+    buffered for it; a longer announced length closes the stream
+    (``"first-frame-too-large"``). Every stream of this driver opens with a
+    small address frame (at most 318 bytes), so this bounds what an outsider
+    makes a node hold per connection without limiting what members send:
+    after the first frame, frames up to ``limits.max_frame_size``."""
+    idle_timeout: float | None = None
+    """Seconds an incoming stream may go without a frame that is accepted
+    (authenticates, or decodes without a key) before it is closed
+    (``"idle-timeout"``). ``None``: ``max(30, 2 * tokenring.exclude_timeout)``.
+    Every member sends every other member a heartbeat each
+    ``tokenring.heartbeat_interval`` (a joining process a join each
+    ``change_timeout``), so a live member's stream is never idle that long; a
+    given value must be at least ``3 * max(tokenring.suspect_timeout,
+    tokenring.change_timeout)``."""
 
     def __attrs_post_init__(self) -> None:
         for what, book in (("members", self.members), ("contacts", self.contacts)):
@@ -89,6 +126,41 @@ class TokenRingNodeConfig:
             parse_host_port(self.advertise)
         # A full view change sends the unstable window in one frame.
         self.tokenring.check_limits(self.limits)
+        self._check_inbound()
+
+    def _check_inbound(self) -> None:
+        for name in ("max_connections", "max_connections_per_address"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigurationError(
+                    f"TokenRingNodeConfig.{name} must be an int >= 1, got {value!r}"
+                )
+        if not self.handshake_timeout > 0:
+            raise ConfigurationError(
+                f"TokenRingNodeConfig.handshake_timeout must be > 0, got {self.handshake_timeout!r}"
+            )
+        limit = self.first_frame_limit
+        if not isinstance(limit, int) or not MIN_FIRST_FRAME <= limit <= self.limits.max_frame_size:
+            raise ConfigurationError(
+                f"TokenRingNodeConfig.first_frame_limit must be an int in [{MIN_FIRST_FRAME}, "
+                f"limits.max_frame_size={self.limits.max_frame_size}] (a stream's opening "
+                f"address frame takes up to {OPENER_MAX} bytes), got {limit!r}"
+            )
+        if self.idle_timeout is not None:
+            ring = self.tokenring
+            least = 3 * max(ring.suspect_timeout, ring.change_timeout)
+            if not self.idle_timeout >= least:
+                raise ConfigurationError(
+                    "TokenRingNodeConfig.idle_timeout must be at least 3 * max("
+                    f"tokenring.suspect_timeout, tokenring.change_timeout) = {least!r} "
+                    f"(live members send heartbeats more often), got {self.idle_timeout!r}"
+                )
+
+    def idle_after(self) -> float:
+        """The idle timeout in effect (see :attr:`idle_timeout`)."""
+        if self.idle_timeout is not None:
+            return self.idle_timeout
+        return max(30.0, 2 * self.tokenring.exclude_timeout)
 
 
 class MemberExcludedError(LocalProtocolError):
@@ -128,3 +200,12 @@ class TokenRingNodeStatistics:
     rejected: Mapping[str, int]
     delivery_queue: int
     deliveries_dropped: int
+    connections_refused: Mapping[str, int] = attrs.field(factory=dict)
+    """Incoming connections closed by the node, by reason:
+    ``too-many-connections``, ``too-many-from-address`` (refused at once),
+    ``first-frame-too-large``, ``handshake-rejected``, ``handshake-timeout``
+    (before their first frame was accepted), ``idle-timeout`` (after)."""
+    inbound_streams: int = 0
+    """Incoming streams open now (any stage)."""
+    inbound_buffered: int = 0
+    """Bytes the incoming streams' readers hold now (partial frames)."""

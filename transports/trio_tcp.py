@@ -32,7 +32,6 @@ from __future__ import annotations
 import math
 import random
 import time
-from functools import partial
 from typing import Any, Self
 
 import trio
@@ -54,7 +53,7 @@ from ._common import Address, DeliveryBuffer, DeliveryOverflowError, parse_host_
 from ._tasks import TaskOwner
 from ._tcp_config import MemberExcludedError, TokenRingNodeConfig, TokenRingNodeStatistics
 from ._tcp_framing import encode_split
-from ._tcp_inbound import read_stream
+from ._tcp_inbound import InboundGate
 from ._tcp_links import PeerLinks
 
 __all__ = [
@@ -102,7 +101,8 @@ class TokenRingNode(TaskOwner):
             ),
             0,
         )
-        self._links = PeerLinks(config, self._addresses, self._counts, self._book, self._spawn)
+        self._links = PeerLinks(config, self._addresses, self._counts, self._hello, self._spawn)
+        self._gate: InboundGate | None = None
         self._view = -1
         self._view_members: frozenset[ProcessId] = frozenset()
 
@@ -138,6 +138,7 @@ class TokenRingNode(TaskOwner):
             self._process = TokenRingProcess(
                 cfg.pid, cfg.tokenring, rng=rng, now=now, members=members, **self._signing()
             )
+        self._gate = InboundGate(cfg, self._codec, self)
         host, port = parse_host_port(cfg.bind)
         self._listeners = await trio.open_tcp_listeners(port, host=host)
         bound = self._listeners[0].socket.getsockname()
@@ -238,6 +239,7 @@ class TokenRingNode(TaskOwner):
     def statistics(self) -> TokenRingNodeStatistics:
         s = self._require_process().statistics()
         c = self._counts
+        gate = self._gate
         return TokenRingNodeStatistics(
             role=s.role,
             view=s.view,
@@ -256,6 +258,9 @@ class TokenRingNode(TaskOwner):
             rejected=self._rejected(),
             delivery_queue=len(self._buffer),
             deliveries_dropped=self._buffer.dropped,
+            connections_refused=dict(gate.refused) if gate is not None else {},
+            inbound_streams=gate.open if gate is not None else 0,
+            inbound_buffered=gate.buffered() if gate is not None else 0,
         )
 
     def _rejected(self) -> dict[str, int]:
@@ -367,6 +372,29 @@ class TokenRingNode(TaskOwner):
             self._counts["encode_failures"] += 1
             return []
 
+    def _hello(self, dest: ProcessId) -> list[bytes]:
+        """The frames that open a stream to ``dest``: first a small address
+        frame with this node's own entry only (at most ``OPENER_MAX`` bytes,
+        an empty book if that entry cannot be encoded), which ``dest`` accepts
+        within its ``first_frame_limit`` before it buffers larger frames from
+        the stream; then the addresses of the other members."""
+        codec = self._codec
+        assert codec is not None
+        entries = self._directory.book_for(dest, self._require_process().config.members).entries
+        try:
+            opener = codec.encode(self.config.pid, AddressBook(entries=entries[:1]), to=dest)
+        except LocalProtocolError:
+            self._counts["encode_failures"] += 1
+            opener = codec.encode(self.config.pid, AddressBook(entries=()), to=dest)
+        if len(entries) < 2:
+            return opener
+        try:
+            rest = codec.encode(self.config.pid, AddressBook(entries=entries[1:]), to=dest)
+        except LocalProtocolError:
+            self._counts["encode_failures"] += 1
+            rest = []
+        return opener + rest
+
     def _learn_addresses(
         self, sender: ProcessId, book: AddressBook, stream: trio.SocketStream
     ) -> None:
@@ -404,9 +432,9 @@ class TokenRingNode(TaskOwner):
             self.abort()
 
     async def _serve(self) -> None:
-        codec = self._codec
-        assert codec is not None
-        await trio.serve_listeners(partial(read_stream, codec=codec, inbound=self), self._listeners)
+        gate = self._gate
+        assert gate is not None
+        await trio.serve_listeners(gate, self._listeners)
 
     def _deliver_frame(self, sender: ProcessId, message: Any, now: float) -> bool:
         """One decoded message from a stream (:func:`read_stream`)."""

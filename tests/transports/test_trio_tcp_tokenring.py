@@ -127,11 +127,16 @@ async def test_hostile_streams_are_counted_and_dropped() -> None:
     with trio.fail_after(20):
         async with cluster(sealed=True) as nodes:
             host, port = parse_host_port(nodes[1].address)
-            # A frame of garbage, then an unsealed frame in a sealed group.
+            # A frame of garbage, and an unsealed frame in a sealed group, each
+            # opening a stream: a first frame that does not pass closes it.
             garbage = await trio.open_tcp_stream(host, port)
             await garbage.send_all(struct.pack(">I", 40) + bytes(range(40)))
+            assert await garbage.receive_some(10) == b""
+            unsealed = await trio.open_tcp_stream(host, port)
             plain = b"\xe7\x70\x01\x14\x00\x00\x00\x00" + bytes(8) + (9).to_bytes(8, "big")
-            await garbage.send_all(struct.pack(">I", len(plain) + 16) + plain + bytes(16))
+            await unsealed.send_all(struct.pack(">I", len(plain) + 16) + plain + bytes(16))
+            assert await unsealed.receive_some(10) == b""
+            await unsealed.aclose()
             # A length beyond the frame limit: the stream is closed.
             oversized = await trio.open_tcp_stream(host, port)
             await oversized.send_all(struct.pack(">I", 1 << 30))
@@ -143,7 +148,9 @@ async def test_hostile_streams_are_counted_and_dropped() -> None:
                 for node in nodes.values():
                     node.broadcast(b"still working")
             rejected = nodes[1].statistics().rejected
+            refused = nodes[1].statistics().connections_refused
             await garbage.aclose()
+    assert refused == {"handshake-rejected": 2, "first-frame-too-large": 1}
     assert rejected.get("bad-length") == 1
     assert rejected.get("bad-magic") == 1
     assert rejected.get("unsealed") == 1
