@@ -56,7 +56,7 @@ def _wanted(p: TokenRingProcess, now: float) -> Wanted:
         p._fd,
         cfg,
         now,
-        joiners=p._joiners,
+        joiners=[j for j, t in p._joiners.items() if now - t <= 4 * cfg.change_timeout],
         token_lost=token_lost or stuck,
         low=p._snap.low,
     )

@@ -20,7 +20,7 @@ import attrs
 
 from .._errors import LocalProtocolError
 from .._event import Delivery, Event, EventId, ProcessId
-from . import _change, _datapath, _stats, _tokenpath
+from . import _bounds, _change, _datapath, _stats, _tokenpath
 from . import _sequencer as seqr
 from ._config import TokenRingConfig
 from ._consensus import Acceptor, Proposer
@@ -203,11 +203,23 @@ class TokenRingProcess:
         if self.role is Role.EXCLUDED:
             return
         self._counts["received"] += 1
-        self._fd.heard(sender, now, self.cfg.suspect_timeout)
-        self._links.arrived(sender, message)
         handler = _HANDLERS.get(type(message))
         if handler is None:
             return
+        why = _bounds.refusal(self, sender, message)
+        if why is not None:
+            self._reject(why)
+            if (
+                isinstance(message, Heartbeat)
+                and why == "not-a-member"
+                and message.instance < self.config.instance
+                and self.role in (Role.CORE, Role.EXTERNAL)
+            ):
+                # A member removed while it was away learns it from us.
+                self._rate_limited(sender, Decided(config=self.config), now)
+            return
+        self._fd.heard(sender, now, self.cfg.suspect_timeout)
+        self._links.arrived(sender, message)
         try:
             handler(self, sender, message, now)
             self._deliver(now)
@@ -392,8 +404,16 @@ class TokenRingProcess:
             self._rate_limited(sender, Decided(config=self.config), now)
 
     def _rate_limited(self, dest: ProcessId, message: Message, now: float) -> None:
-        if now - self._replied.get(dest, -math.inf) >= self.cfg.fetch_timeout:
-            self._replied[dest] = now
+        replied = self._replied
+        if now - replied.get(dest, -math.inf) >= self.cfg.fetch_timeout:
+            if len(replied) >= 4 * _bounds.MAX_JOINERS + len(self.config.members):
+                # Bounded whatever identities ask: forget the quiet ones.
+                horizon = now - self.cfg.fetch_timeout
+                self._replied = replied = {p: t for p, t in replied.items() if t > horizon}
+                if len(replied) >= 4 * _bounds.MAX_JOINERS + len(self.config.members):
+                    self._reject("rate-limited")
+                    return
+            replied[dest] = now
             self._send(dest, message)
 
     def _on_config_request(self, sender: ProcessId, msg: ConfigRequest, now: float) -> None:
@@ -402,7 +422,15 @@ class TokenRingProcess:
 
     def _on_join(self, sender: ProcessId, msg: Join, now: float) -> None:
         if self.role in (Role.CORE, Role.EXTERNAL) and sender not in self.config.members:
-            self._joiners.setdefault(sender, now)
+            joiners = self._joiners
+            if sender not in joiners and len(joiners) >= _bounds.MAX_JOINERS:
+                horizon = now - 4 * self.cfg.change_timeout
+                for old in [j for j, t in joiners.items() if t < horizon]:
+                    del joiners[old]
+                if len(joiners) >= _bounds.MAX_JOINERS:
+                    self._reject("too-many-joiners")
+                    return
+            joiners[sender] = now
             # Tell the newcomer who the members are: it then asks every one of
             # them, the coordinator included, instead of waiting for a contact
             # far down the view order to time out into proposing.

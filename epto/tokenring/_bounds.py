@@ -1,0 +1,154 @@
+"""What a peer may claim: the checks every token-ring message passes before it
+reaches the protocol (:meth:`TokenRingProcess.receive`).
+
+The frame decoders already bound sizes (lists, payloads); these checks bound
+the *values* of well-formed messages, so that no claim can make a member
+walk, allocate or count beyond what the bytes it received justify:
+
+* **who may send what**: every kind but ``Join`` and ``Decided`` comes from
+  members of the current view only (a joining process also hears its
+  contacts); a ``Decided`` comes from a member of the configuration it
+  carries or of ours. A message of a member-only kind from anyone else is
+  dropped as ``not-a-member`` before it is even heard by the failure
+  detector, so made-up identities cost no state (a heartbeat of an older
+  configuration is answered, rate-limited, with ours: a member removed while
+  it was away learns it that way). At most :data:`MAX_JOINERS` identities
+  wait to join at once, each forgotten unless it asks again within
+  ``4 * change_timeout``;
+* **numbers stay far from the end of their range**: instances, hops, ballot
+  rounds and sequence numbers above :data:`MAX_CLAIM` (2**48) are refused as
+  ``out-of-range``: an honest group does not reach them in centuries, and
+  ``+ 1`` on any accepted value can never overflow the wire's 64 bits;
+* **token states are consistent** (``bad-state``): ``low <= stable <=
+  next_seq``; the batches are consecutive, from ``low`` to ``next_seq``; the
+  window holds at most ``max_unstable_messages + max_batch`` messages. The
+  work a state causes (learning its batches, advancing stability, walking
+  what is missing) is then bounded by the ids it carries, and fetches never
+  span more than ``FETCH_SPAN`` positions whatever a state or heartbeat
+  claims (``_datapath``).
+
+What a member of the view (with the group key, in a sealed group) can still
+do is in docs/security.md: the protocol tolerates crashes, not lies.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._event import ProcessId
+from ._messages import (
+    Accept,
+    Accepted,
+    Catchup,
+    Decided,
+    Fetch,
+    Heartbeat,
+    Join,
+    Message,
+    Nack,
+    Order,
+    Prepare,
+    Promise,
+    RingConfig,
+    Token,
+    TokenAck,
+    TokenState,
+)
+
+if TYPE_CHECKING:
+    from ._process import TokenRingProcess
+
+MAX_CLAIM = 1 << 48
+"""Largest instance, hop, ballot round or sequence number accepted from a peer."""
+
+MAX_JOINERS = 16
+"""Identities waiting to join that a member remembers at once."""
+
+_OPEN_KINDS = (Join, Decided)
+
+
+def refusal(p: TokenRingProcess, sender: ProcessId, message: Message) -> str | None:
+    """Why ``message`` from ``sender`` must be dropped, or None."""
+    if not isinstance(message, _OPEN_KINDS) and not _may_send(p, sender):
+        return "not-a-member"
+    if isinstance(message, Token | Order):
+        return _state(p, message.state)
+    if isinstance(message, Decided):
+        config = message.config
+        if sender not in config.members and sender not in p.config.members:
+            return "not-a-member"
+        return _config(p, config)
+    if isinstance(message, Prepare | Nack | Accept | Accepted | Promise):
+        if message.instance > MAX_CLAIM or message.ballot[0] > MAX_CLAIM:
+            return "out-of-range"
+        if isinstance(message, Nack) and message.promised[0] > MAX_CLAIM:
+            return "out-of-range"
+        if isinstance(message, Accept):
+            return _config(p, message.value)
+        if isinstance(message, Promise):
+            if message.accepted is not None:
+                ballot, value = message.accepted
+                if ballot[0] > MAX_CLAIM:
+                    return "out-of-range"
+                if (why := _config(p, value)) is not None:
+                    return why
+            if message.report.delivered > MAX_CLAIM:
+                return "out-of-range"
+            # A promise that accepted a value leaves its window out.
+            report = message.report.state
+            return _state(p, report, windowless=message.accepted is not None)
+        return None
+    if isinstance(message, TokenAck):
+        return "out-of-range" if message.hop > MAX_CLAIM else None
+    if isinstance(message, Heartbeat):
+        if max(message.instance, message.delivered, message.sent, message.received) > MAX_CLAIM:
+            return "out-of-range"
+        return None
+    if isinstance(message, Fetch):
+        return "out-of-range" if max(message.start, message.end) > MAX_CLAIM else None
+    if isinstance(message, Catchup):
+        if max(message.stable, message.oldest) > MAX_CLAIM:
+            return "out-of-range"
+        if any(seq > MAX_CLAIM for seq, _ in message.entries):
+            return "out-of-range"
+    return None
+
+
+def _may_send(p: TokenRingProcess, sender: ProcessId) -> bool:
+    if sender in p.config.members:
+        return True
+    # A joining process hears the members it was pointed at before it is in
+    # a view with them.
+    return not p.config.members and sender in p._contacts
+
+
+def _config(p: TokenRingProcess, config: RingConfig) -> str | None:
+    if config.instance > MAX_CLAIM or config.view > MAX_CLAIM:
+        return "out-of-range"
+    if not config.core or not set(config.core) <= set(config.members):
+        return "bad-state"
+    if any(seq > MAX_CLAIM for seq, _ in config.events):
+        return "out-of-range"
+    if any(seq > MAX_CLAIM for _, seq, _ in config.starts):
+        return "out-of-range"
+    return _state(p, config.state)
+
+
+def _state(p: TokenRingProcess, state: TokenState, *, windowless: bool = False) -> str | None:
+    if max(state.instance, state.hop, state.next_seq) > MAX_CLAIM:
+        return "out-of-range"
+    if not state.low <= state.stable <= state.next_seq:
+        return "bad-state"
+    cfg = p.cfg
+    if state.next_seq - state.low > cfg.max_unstable_messages + cfg.max_batch:
+        return "bad-state"
+    at = state.low
+    for batch in state.batches:
+        if batch.first != at or not batch.ids:
+            return "bad-state"
+        at = batch.end
+    if at != state.next_seq and not (windowless and not state.batches):
+        return "bad-state"
+    if any(seq > MAX_CLAIM for _, seq in state.sources):
+        return "out-of-range"
+    return None
