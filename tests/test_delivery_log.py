@@ -25,6 +25,7 @@ from epto.log import (
     list_nodes,
     list_segments,
     log_bounds,
+    log_extent,
     micros,
     node_directory,
     read_log,
@@ -283,6 +284,8 @@ def test_writer_killed_with_sigkill(tmp_path: Path) -> None:
         w.append_fields(source=0, seq=-0, ts=0, payload=b"after", delivered_at=0)
     again = list(read_log(tmp_path / "7"))
     assert again[:-1] == records and again[-1].payload == b"after"
+    # The manifest covers everything the new writer kept and closed.
+    assert log_extent(tmp_path / "7").durable_end == len(again)
     assert all(s.closed for s in list_segments(tmp_path / "7"))
 
 

@@ -18,7 +18,9 @@ def register(sub: Any) -> None:
             "broadcasts.csv, also report the broadcast events no node delivered (holes "
             "count only events delivered somewhere; who stayed in the group is not in the "
             "logs, so these are reported, not judged). Exit status 0 when safety holds, 1 "
-            "when it is violated, 2 when the logs cannot be read."
+            "when it is violated, 2 when the logs cannot be read: damaged, or data loss "
+            "(a missing segment, or a log that ends before the end its manifest recorded "
+            "as durable)."
         ),
     )
     p.add_argument("logdir", help="directory holding one log directory per node")
@@ -28,11 +30,15 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from epto.log import LogCorruptError, check_logs
+    from epto.log import LogCorruptError, LogGapError, LogTailLostError, check_logs
     from epto.log._summary import verdict_text, write_outputs
 
     try:
         result, histogram = check_logs(args.logdir)
+    except LogGapError as exc:
+        said = isinstance(exc, LogTailLostError)  # its message says "data loss"
+        print(f"epto check: {'' if said else 'data loss: '}{exc}", file=sys.stderr)
+        return 2
     except (LogCorruptError, OSError) as exc:
         print(f"epto check: {exc}", file=sys.stderr)
         return 2

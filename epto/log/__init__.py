@@ -10,11 +10,14 @@ from ._broadcasts import read_broadcasts as read_broadcasts
 from ._broadcasts import write_broadcasts as write_broadcasts
 from ._check import check_logs as check_logs
 from ._observer import SimulationLogger as SimulationLogger
+from ._reader import LogExtent as LogExtent
 from ._reader import LogGapError as LogGapError
+from ._reader import LogTailLostError as LogTailLostError
 from ._reader import iter_raw as iter_raw
 from ._reader import list_nodes as list_nodes
 from ._reader import list_segments as list_segments
 from ._reader import log_bounds as log_bounds
+from ._reader import log_extent as log_extent
 from ._reader import node_directory as node_directory
 from ._reader import read_log as read_log
 from ._reader import segment_ranges as segment_ranges
@@ -31,13 +34,16 @@ __all__ = [
     "DeliveryLogWriter",
     "DeliveryLogs",
     "LogCorruptError",
+    "LogExtent",
     "LogGapError",
+    "LogTailLostError",
     "LogRecord",
     "SimulationLogger",
     "iter_raw",
     "list_nodes",
     "list_segments",
     "log_bounds",
+    "log_extent",
     "micros",
     "node_directory",
     "read_log",

@@ -5,6 +5,13 @@ open segment (``*.open``) is read up to its last complete record, so a reader
 sees a prefix of what the writer has flushed and never a half-written record.
 When the writer closes the open segment between the moment a reader lists the
 directory and the moment it opens the file, the reader follows the rename.
+
+The manifest (``MANIFEST``, see :mod:`epto.log._manifest`) says how far the
+writer made the log durable; a log whose records end before that point lost
+its tail, and readers raise :class:`LogTailLostError`. Readers read the
+manifest *before* listing the segments: the writer updates it only after the
+records it covers are in the files, so a reader racing the writer never sees
+the manifest ahead of the segments it lists.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from pathlib import Path
 
 import attrs
 
+from ._manifest import read_manifest
 from ._segment import (
     HEADER_SIZE,
     LogCorruptError,
@@ -33,6 +41,38 @@ from ._segment import (
 
 class LogGapError(LogCorruptError):
     """Delivery indices that should be present are not (a segment is missing)."""
+
+
+class LogTailLostError(LogGapError):
+    """The log ends before the end its manifest recorded as durable: records the
+    writer had made durable are gone (the last segments were cut or deleted)."""
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class LogExtent:
+    """What one node's log holds, and how far it should go."""
+
+    first: int
+    """The first index held (the first segment's first index)."""
+    end: int
+    """One past the last complete record found."""
+    durable_end: int | None
+    """One past the last index the writer recorded as durable in the manifest;
+    ``None`` for a log without a manifest (written before manifests existed)."""
+
+    @property
+    def lost_tail(self) -> tuple[int, int] | None:
+        """``(end, durable_end)`` when records the manifest covers are gone."""
+        if self.durable_end is not None and self.end < self.durable_end:
+            return self.end, self.durable_end
+        return None
+
+
+def _tail_lost(node_dir: str | os.PathLike[str], end: int, durable_end: int) -> LogTailLostError:
+    return LogTailLostError(
+        f"{node_dir}: data loss: the log ends at index {end} but its manifest records "
+        f"{durable_end} as durable (delivery indices {end}..{durable_end - 1} are lost)"
+    )
 
 
 @attrs.frozen(kw_only=True, slots=True)
@@ -93,27 +133,41 @@ def _frames(segment: Segment) -> tuple[bytes, int, Iterator[tuple[int, int]], bo
 
 
 def iter_raw(
-    node_dir: str | os.PathLike[str], start: int = 0, end: int | None = None
+    node_dir: str | os.PathLike[str],
+    start: int = 0,
+    end: int | None = None,
+    *,
+    skip_missing: bool = False,
 ) -> Iterator[RawRecord]:
     """Raw records with ``start <= index < end`` (``end=None``: up to the last one).
 
     Raises :class:`LogGapError` when the first available index is above
-    ``start`` or indices jump, and :class:`LogCorruptError` when a closed
+    ``start`` or indices jump, :class:`LogTailLostError` when the log ends
+    before the end its manifest recorded as durable (or before ``end``, when
+    the manifest covers ``end``), and :class:`LogCorruptError` when a closed
     segment does not read back whole.
+
+    With ``skip_missing``, missing indices are skipped instead: every record of
+    ``[start, end)`` that exists is yielded, and nothing is raised for what is
+    missing (damaged records still raise :class:`LogCorruptError`).
     """
+    manifest = read_manifest(node_dir)  # before the listing: see the module docstring
     segments = list_segments(node_dir)
     # Skip segments that end before start: the next segment's first index bounds them.
     first = 0
     while first + 1 < len(segments) and segments[first + 1].first_index <= start:
         first += 1
     expected = start
+    torn = False
     for seg in segments[first:]:
         if end is not None and seg.first_index >= end:
             return
         if seg.first_index > expected:
-            raise LogGapError(
-                f"{node_dir}: delivery indices {expected}..{seg.first_index - 1} are missing"
-            )
+            if not skip_missing:
+                raise LogGapError(
+                    f"{node_dir}: delivery indices {expected}..{seg.first_index - 1} are missing"
+                )
+            expected = seg.first_index
         data, _, frames, closed = _frames(seg)
         pos = HEADER_SIZE
         for body_start, body_stop in frames:
@@ -124,14 +178,22 @@ def iter_raw(
             if end is not None and index >= end:
                 return
             if index != expected:
-                raise LogGapError(f"{node_dir}: expected index {expected}, found {index}")
+                if not skip_missing:
+                    raise LogGapError(f"{node_dir}: expected index {expected}, found {index}")
+                expected = index
             yield decode_body(data, body_start, body_stop)
             expected += 1
         if pos < len(data):
             if closed:
                 raise LogCorruptError(f"{seg.path}: damaged record at byte {pos}")
-            return  # torn or in-progress tail of the open segment
-    if end is not None and expected < end:
+            torn = True  # torn or in-progress tail of the open segment
+            break
+    if skip_missing:
+        return
+    durable = None if manifest is None else manifest.end
+    if durable is not None and expected < durable and (end is None or expected < end):
+        raise _tail_lost(node_dir, expected, durable)
+    if end is not None and expected < end and not torn:
         raise LogGapError(f"{node_dir}: log ends at index {expected}, {end} was asked for")
 
 
@@ -158,14 +220,15 @@ def _node_of(segments: list[Segment]) -> int:
     return -1
 
 
-def log_bounds(node_dir: str | os.PathLike[str]) -> tuple[int, int]:
-    """``(first, end)``: the first index held and one past the last complete record.
-
-    ``first == end`` for an empty log. Only the last segment is scanned.
-    """
+def log_extent(node_dir: str | os.PathLike[str]) -> LogExtent:
+    """What the log holds and how far its manifest says it goes; never raises for
+    missing records (see :attr:`LogExtent.lost_tail`). Only the last segment is
+    scanned; a damaged closed last segment raises :class:`LogCorruptError`."""
+    manifest = read_manifest(node_dir)  # before the listing: see the module docstring
+    durable = None if manifest is None else manifest.end
     segments = list_segments(node_dir)
     if not segments:
-        return 0, 0
+        return LogExtent(first=0, end=0, durable_end=durable)
     first = segments[0].first_index
     last = segments[-1]
     data, _, frames, closed = _frames(last)
@@ -176,7 +239,21 @@ def log_bounds(node_dir: str | os.PathLike[str]) -> tuple[int, int]:
         pos = body_stop
     if closed and pos < len(data):
         raise LogCorruptError(f"{last.path}: damaged record at byte {pos}")
-    return first, end
+    return LogExtent(first=first, end=end, durable_end=durable)
+
+
+def log_bounds(node_dir: str | os.PathLike[str]) -> tuple[int, int]:
+    """``(first, end)``: the first index held and one past the last complete record.
+
+    ``first == end`` for an empty log. Only the last segment is scanned. Raises
+    :class:`LogTailLostError` when the log ends before the end its manifest
+    recorded as durable (:func:`log_extent` tells without raising).
+    """
+    extent = log_extent(node_dir)
+    lost = extent.lost_tail
+    if lost is not None:
+        raise _tail_lost(node_dir, *lost)
+    return extent.first, extent.end
 
 
 def segment_ranges(node_dir: str | os.PathLike[str], start: int, end: int) -> list[tuple[int, int]]:

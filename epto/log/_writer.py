@@ -5,6 +5,13 @@ it; the kernel drops the lock when the writer dies). Opening a directory a
 previous writer left behind recovers it: the open segment is cut back to its
 last complete record, made durable, and closed; appending resumes at the next
 delivery index.
+
+The manifest (``MANIFEST``) records how far the log was made durable: the
+writer updates it after every ``fsync`` of the records (``fsync_every``, segment
+close, :meth:`DeliveryLogWriter.close`, recovery). A directory whose records
+end before the manifest's end lost durable records; the writer refuses to
+open it (:class:`LogTailLostError`) unless told to resume after the recorded
+end, so that an index is never given to two different durable records.
 """
 
 from __future__ import annotations
@@ -13,10 +20,12 @@ import fcntl
 import os
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from .._errors import ConfigurationError, LocalProtocolError
 from .._event import Delivery, DeliveryTag
-from ._reader import list_segments, node_directory
+from ._manifest import ManifestWriter, fsync_dir, read_manifest
+from ._reader import LogTailLostError, list_segments, node_directory
 from ._segment import (
     HEADER_SIZE,
     LogCorruptError,
@@ -30,13 +39,7 @@ from ._segment import (
 
 DEFAULT_SEGMENT_BYTES = 64 << 20
 
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+_fsync_dir = fsync_dir
 
 
 class DeliveryLogWriter:
@@ -49,6 +52,13 @@ class DeliveryLogWriter:
     survives a crash of the machine). ``segment_bytes``: size at which the open
     segment is closed and a new one started.
 
+    After every ``fsync`` the writer records in ``MANIFEST`` how far the log is
+    durable. Opening a directory whose records end before that point (durable
+    records were lost: the last segments were cut or deleted) raises
+    :class:`LogTailLostError`; with ``resume_after_loss=True`` the writer
+    instead continues at the manifest's end, leaving the lost indices as a gap
+    that readers report (:class:`LogGapError`), and never gives them again.
+
     Times are integers in microseconds (see :func:`epto.log.micros`).
     """
 
@@ -60,6 +70,7 @@ class DeliveryLogWriter:
         flush_every: int = 1,
         fsync_every: int = 0,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        resume_after_loss: bool = False,
     ) -> None:
         if flush_every < 1:
             raise ConfigurationError(f"flush_every must be >= 1, got {flush_every}")
@@ -86,8 +97,32 @@ class DeliveryLogWriter:
         self._since_fsync = 0
         self._segment_first = 0
         self._segment_size = 0
+        self._segment_dir_synced = False
         self._closed = False
-        self._next = self._recover()
+        try:
+            self._next, self._manifest = self._open_manifest(resume_after_loss)
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+
+    def _open_manifest(self, resume_after_loss: bool) -> tuple[int, ManifestWriter]:
+        state = read_manifest(self.directory)
+        if state is not None and state.node != self.node:
+            raise LogCorruptError(
+                f"{self.directory}: the manifest belongs to node {state.node}, not {self.node}"
+            )
+        found = self._recover()  # durable up to `found` once it returns
+        if state is not None and found < state.end:
+            if not resume_after_loss:
+                raise LogTailLostError(
+                    f"{self.directory}: data loss: the log ends at index {found} but its "
+                    f"manifest records {state.end} as durable (delivery indices "
+                    f"{found}..{state.end - 1} are lost); refusing to give them again. "
+                    "Restore the lost segments, or open with resume_after_loss=True to "
+                    f"continue at {state.end} and leave the gap"
+                )
+            return state.end, ManifestWriter(self.directory, self.node, state, state.end)
+        return found, ManifestWriter(self.directory, self.node, state, found)
 
     # -- recovery -------------------------------------------------------------
 
@@ -202,6 +237,10 @@ class DeliveryLogWriter:
         if fsync and self._fd >= 0:
             os.fsync(self._fd)
             self._since_fsync = 0
+            if not self._segment_dir_synced:  # the open segment's name must be durable too
+                _fsync_dir(self.directory)
+                self._segment_dir_synced = True
+            self._manifest.update(self._next)
 
     def _open_segment(self, first: int) -> None:
         path = self.directory / segment_name(first, closed=False)
@@ -210,11 +249,16 @@ class DeliveryLogWriter:
         os.write(self._fd, header)
         self._segment_first = first
         self._segment_size = len(header)
+        self._segment_dir_synced = False
         if self._fsync_every:
             _fsync_dir(self.directory)
+            self._segment_dir_synced = True
 
     def _close_segment(self) -> None:
-        self.flush(fsync=True)
+        # The records, then the new name, then the manifest that promises them.
+        self.flush()
+        os.fsync(self._fd)
+        self._since_fsync = 0
         os.close(self._fd)
         self._fd = -1
         first = self._segment_first
@@ -223,6 +267,7 @@ class DeliveryLogWriter:
             self.directory / segment_name(first, closed=True),
         )
         _fsync_dir(self.directory)
+        self._manifest.update(self._next)
 
     def close(self) -> None:
         """Flush, fsync and close the open segment; release the directory."""
@@ -233,6 +278,7 @@ class DeliveryLogWriter:
                 self._close_segment()
         finally:
             self._closed = True
+            self._manifest.close()
             os.close(self._lock_fd)
 
     def __enter__(self) -> DeliveryLogWriter:
@@ -254,7 +300,7 @@ class DeliveryLogs:
     :meth:`write` for every delivery of every node it runs.
     """
 
-    def __init__(self, root: str | os.PathLike[str], **writer_options: int) -> None:
+    def __init__(self, root: str | os.PathLike[str], **writer_options: Any) -> None:
         self.root = Path(root)
         self._options = writer_options
         self._writers: dict[int, DeliveryLogWriter] = {}
