@@ -123,6 +123,17 @@ class LayeredBall(Mapping[EventId, BallEntry]):
         return f"LayeredBall({dict(self.items())!r})"
 
 
+class CheckedBall(dict[EventId, BallEntry]):
+    """A ball (a plain ``dict``) whose entries a decoder has already checked:
+    every id is the event's ``(source, seq)``, source, seq and ts are uint64,
+    the ttl is in ``[0, 65535]``, the payload and the signature are ``bytes``
+    (the signature empty or 64 bytes). ``Process.receive`` then checks only
+    the timestamp ceiling per copy; any other mapping is checked in full.
+    Build one only from values checked like that (``epto.FrameCodec`` does)."""
+
+    __slots__ = ()
+
+
 class _Items(ItemsView[EventId, BallEntry]):
     _mapping: LayeredBall
 

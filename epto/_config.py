@@ -88,6 +88,29 @@ class Config:
     )
     """Global clock ticks per unit of ``now`` (default: microseconds of seconds)."""
 
+    max_clock_step: int = attrs.field(
+        default=2**32,
+        validator=_positive_int("max_clock_step"),
+    )
+    """Logical clock: the most received timestamps move the clock in one round.
+
+    A received event whose ``ts`` is more than this above the clock the process
+    had at the start of the round is refused (fault ``"ts-ahead"``) and moves
+    the clock only up to that ceiling, so a peer cannot push the clock to the
+    end of its 64-bit range (it would need ``2**64 / max_clock_step`` rounds),
+    and a process that joins a group whose clocks are far ahead catches up
+    by ``max_clock_step`` a round (docs/epto.md, *Bounds on what a peer claims*).
+    """
+
+    max_clock_skew: float = attrs.field(
+        default=60.0,
+        validator=_positive_float("max_clock_skew"),
+    )
+    """Global clock: how far, in the unit of ``now``, a member's clock may run
+    ahead of this process's. A received event whose ``ts`` is above
+    ``(now + max_clock_skew) * clock_resolution`` is refused (fault
+    ``"ts-ahead"``) and does not move the clock."""
+
     @classmethod
     def for_group(
         cls,

@@ -12,6 +12,17 @@ in constant time (its layers are kept, its largest timestamp moves the
 clock), and the copies of a round are merged, larger ttl kept, when the round
 runs. Other mappings are merged entry by entry on receipt, as Algorithm 1
 reads. Both give the same next ball.
+
+Every value a peer claims is bounded here, where it enters (docs/epto.md,
+*Bounds on what a peer claims*): a timestamp above :meth:`Process.ts_ceiling`
+(the clock can move at most ``max_clock_step`` a round with the logical
+clock, and never past ``max_clock_skew`` ahead of real time with the global
+one), a ttl outside ``[0, 65535]``, an id or timestamp outside uint64, a key
+that is not the event's id, or anything that is not an :class:`Event` is
+refused, counted in :attr:`ProcessStatistics.rejected` by fault, and the rest
+of the ball is kept. A :class:`LayeredBall` (what processes hand each other in
+one Python process) is taken in constant time when its largest timestamp and
+its ttls are in bounds, and entry by entry otherwise.
 """
 
 from __future__ import annotations
@@ -19,11 +30,11 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import attrs
 
-from ._ball import LayeredBall, Layers, merge_layers
+from ._ball import CheckedBall, LayeredBall, Layers, merge_layers
 from ._config import Config
 from ._errors import LocalProtocolError
 from ._event import Ball, BallEntry, Delivery, Event, EventId, ProcessId
@@ -31,6 +42,17 @@ from ._ordering import Ordering
 from ._sampler import PeerSampler
 
 _EMPTY_BALL = LayeredBall()
+
+U64_MAX = (1 << 64) - 1
+TTL_MAX = 0xFFFF
+"""The largest ttl a copy may carry (what the wire format holds)."""
+_TS_LIMIT = U64_MAX - (1 << 32)
+"""No received timestamp is accepted above this: the clock keeps 2**32
+timestamps of headroom for the process's own broadcasts whatever it accepts."""
+
+FAULT_TS_AHEAD = "ts-ahead"
+FAULT_BAD_TTL = "bad-ttl"
+FAULT_BAD_EVENT = "bad-event"
 
 
 @attrs.frozen(kw_only=True, slots=True)
@@ -51,6 +73,12 @@ class ProcessStatistics:
     """Events received and not yet delivered."""
     last_delivered_ts: int
     clock: int
+    rejected: Mapping[str, int] = attrs.field(factory=dict)
+    """Received copies refused because a value was out of bounds, by fault:
+    ``"ts-ahead"`` (timestamp above :meth:`Process.ts_ceiling`), ``"bad-ttl"``
+    (ttl not an int in ``[0, 65535]``), ``"bad-event"`` (not an
+    :class:`Event`, id or timestamp not a uint64, key not the event's id,
+    payload or signature not bytes, signature neither empty nor 64 bytes)."""
 
 
 class Process:
@@ -90,6 +118,12 @@ class Process:
         # makes every source's timestamps strictly increasing and keeps a
         # lagging real clock from producing events that would be rejected.
         self._clock = 0
+        # Logical clock: the clock at the start of the round; received
+        # timestamps may be at most max_clock_step above it.
+        self._clock_base = 0
+        self._clock_step = config.max_clock_step
+        self._skew_ticks = math.floor(config.max_clock_skew * config.clock_resolution)
+        self._rejected: dict[str, int] = {}
         self._next_seq = 0
         # nextBall of Algorithm 1, kept lazily: the layers of the balls received
         # this round (only those with a copy below TTL) and this round's own
@@ -122,6 +156,10 @@ class Process:
         ts = self._clock + 1
         if self._global_clock:
             ts = max(ts, math.floor(now * self._resolution))
+        if ts > U64_MAX:
+            # Only a clock (or ``now``) the caller drove there gets here: what
+            # peers claim is bounded by ts_ceiling. Nothing has changed.
+            raise LocalProtocolError(f"timestamp {ts} does not fit in 64 bits")
         self._clock = ts
         seq = self._next_seq
         self._next_seq = seq + 1
@@ -143,8 +181,9 @@ class Process:
         the ball must not be mutated (it never is by the process).
         """
         self._balls_received += 1
-        if type(ball) is not LayeredBall:
-            self._receive_entries(ball)
+        ceiling = self.ts_ceiling(now)
+        if type(ball) is not LayeredBall or not _layered_in_bounds(ball, ceiling):
+            self._receive_entries(ball, ceiling)
             return
         if ball.max_ts > self._clock:
             self._clock = ball.max_ts
@@ -156,22 +195,55 @@ class Process:
                 break
         self._entries_received += ball._size
 
-    def _receive_entries(self, ball: Ball) -> None:
+    def ts_ceiling(self, now: float) -> int:
+        """The largest timestamp a received event may carry at ``now``.
+
+        Logical clock: the clock at the start of the current round plus
+        ``Config.max_clock_step``. Global clock: ``(now + max_clock_skew)``
+        in clock ticks. Never above ``2**64 - 2**32 - 1``.
+        """
+        if self._global_clock:
+            ceiling = math.floor(now * self._resolution) + self._skew_ticks
+        else:
+            ceiling = self._clock_base + self._clock_step
+        return min(ceiling, _TS_LIMIT)
+
+    def _receive_entries(self, ball: Ball, ceiling: int) -> None:
         loose = self._loose
         get = loose.get
         relay_ttl = self._relay_ttl
         clock = self._clock
+        # A decoded ball's values are in range (epto.CheckedBall): only the
+        # timestamp ceiling is left to check; anything else is checked in full.
+        checked = type(ball) is CheckedBall
         for eid, entry in ball.items():
-            ttl = entry[1]
+            if not checked:
+                fault = _entry_fault(eid, entry, ceiling)
+                if fault is not None:
+                    self._refuse(fault)
+                    if fault == FAULT_TS_AHEAD and ceiling > clock and not self._global_clock:
+                        clock = ceiling
+                    continue
+            event, ttl = entry
+            ts = event.ts
+            if ts > ceiling:
+                self._refuse(FAULT_TS_AHEAD)
+                if ceiling > clock and not self._global_clock:
+                    # The logical clock moves toward what was claimed, one step
+                    # a round at most (a process far behind catches up).
+                    clock = ceiling
+                continue
             if ttl < relay_ttl:
                 current = get(eid)
                 if current is None or current[1] < ttl:
                     loose[eid] = entry
-            ts = entry[0].ts
             if ts > clock:
                 clock = ts
         self._clock = clock
         self._entries_received += len(ball)
+
+    def _refuse(self, fault: str) -> None:
+        self._rejected[fault] = self._rejected.get(fault, 0) + 1
 
     def handle_timer(self, now: float) -> None:
         """Run the round if it is due: age the ball, send it to K peers, hand it
@@ -252,6 +324,7 @@ class Process:
             pending=self._ordering.pending,
             last_delivered_ts=self._ordering.last_delivered_ts,
             clock=self._clock,
+            rejected=dict(self._rejected),
         )
 
     # -- the round ----------------------------------------------------------
@@ -273,6 +346,7 @@ class Process:
 
     def _run_round(self) -> None:
         self._rounds += 1
+        self._clock_base = self._clock
         merged = self._merge_next_ball()
         if merged:
             self._pending = []
@@ -293,3 +367,48 @@ class Process:
         else:
             ball = _EMPTY_BALL
         self._ordering.order(ball)
+
+
+def _layered_in_bounds(ball: LayeredBall, ceiling: int) -> bool:
+    """Whether a layered ball can be taken whole: its timestamps and ttls are in
+    bounds. Its events are trusted to be well-formed (a layered ball is built
+    in this Python process; decoded balls are plain dicts, checked per entry)."""
+    if ball.max_ts > ceiling:
+        return False
+    layers = ball._layers
+    if not layers:
+        return True
+    # Layers are kept in increasing ttl: the first and the last bound the rest.
+    low = next(iter(layers))
+    high = next(reversed(layers))
+    return type(low) is int and type(high) is int and low >= 0 and high <= TTL_MAX
+
+
+def _entry_fault(eid: object, entry: object, ceiling: int) -> str | None:
+    """Why a received ``(event id, (event, ttl))`` is refused, or None."""
+    if type(entry) is not tuple or len(entry) != 2:
+        return FAULT_BAD_EVENT
+    event, ttl = entry
+    if type(event) is not Event:
+        return FAULT_BAD_EVENT
+    source = event.source
+    seq = event.seq
+    ts = event.ts
+    if (
+        type(source) is not int
+        or type(seq) is not int
+        or type(ts) is not int
+        or not 0 <= source <= U64_MAX
+        or not 0 <= seq <= U64_MAX
+        or ts < 0
+        or eid != (source, seq)
+        or type(event.payload) is not bytes
+        or type(event.signature) is not bytes
+        or len(event.signature) not in (0, 64)
+    ):
+        return FAULT_BAD_EVENT
+    if type(ttl) is not int or not 0 <= ttl <= TTL_MAX:
+        return FAULT_BAD_TTL
+    if ts > ceiling:
+        return FAULT_TS_AHEAD
+    return None
