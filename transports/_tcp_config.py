@@ -209,3 +209,5 @@ class TokenRingNodeStatistics:
     """Incoming streams open now (any stage)."""
     inbound_buffered: int = 0
     """Bytes the incoming streams' readers hold now (partial frames)."""
+    inbound_buffer_peak: int = 0
+    """Most bytes one incoming stream's reader held at once since the start."""

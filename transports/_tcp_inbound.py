@@ -77,10 +77,15 @@ class InboundGate:
         """Incoming streams open now."""
         self._per_address: Counter[str] = Counter()
         self._readers: set[FrameReader] = set()
+        self._peak = 0
 
     def buffered(self) -> int:
         """Bytes the open streams' readers hold now."""
         return sum(reader.pending() for reader in self._readers)
+
+    def peak(self) -> int:
+        """Most bytes one stream's reader held at once, over every stream."""
+        return max([self._peak, *(reader.peak for reader in self._readers)])
 
     async def __call__(self, stream: trio.SocketStream) -> None:
         config = self._config
@@ -115,6 +120,7 @@ class InboundGate:
                 self.refused[reason] += 1
         finally:
             self._readers.discard(reader)
+            self._peak = max(self._peak, reader.peak)
             self.open -= 1
             self._per_address[address] -= 1
             if not self._per_address[address]:

@@ -261,6 +261,7 @@ class TokenRingNode(TaskOwner):
             connections_refused=dict(gate.refused) if gate is not None else {},
             inbound_streams=gate.open if gate is not None else 0,
             inbound_buffered=gate.buffered() if gate is not None else 0,
+            inbound_buffer_peak=gate.peak() if gate is not None else 0,
         )
 
     def _rejected(self) -> dict[str, int]:
