@@ -15,8 +15,10 @@ evicted event gives the same bytes.
 Verification costs about 100 microseconds, so :class:`SignatureVerifier`
 verifies each event id once and remembers the verified content in a bounded
 LRU cache: a later copy with the same id is accepted only if its ts, payload
-and signature equal the verified ones (an altered copy of a verified event is
-rejected without a new verification).
+and signature equal the verified ones. A copy with another content is refused:
+as ``altered`` without a new verification when it carries no signature or the
+verified one, else after one verification, as ``equivocation`` when its own
+signature is valid (the source signed two versions of one event id).
 
 ``cryptography`` is imported when a signer or verifier is built.
 """
@@ -112,7 +114,15 @@ class VerifierStatistics:
     """Copies accepted because the same content was verified before."""
     rejected: dict[str, int]
     """Events dropped, by reason: ``bad-signature``, ``unsigned``,
-    ``unknown-source``, ``altered``."""
+    ``unknown-source``, ``altered`` (another content under a verified id, not
+    validly signed: a relay changed it), ``equivocation`` (another content
+    under a verified id, validly signed by the source: it signed two versions)."""
+
+    @property
+    def equivocations(self) -> int:
+        """Copies refused because their source validly signed two different
+        versions of one event id (``rejected["equivocation"]``)."""
+        return self.rejected.get("equivocation", 0)
 
 
 class SignatureVerifier:
@@ -171,24 +181,42 @@ class SignatureVerifier:
                 self._hits += 1
                 self._verified.move_to_end(key)
                 return None
-            reason = "altered"
+            # Another content under a verified id: a relay altered it, or the
+            # source signed two versions (equivocation). Either way the copy is
+            # refused; a valid signature of its own says the source is at
+            # fault. The verified signature cannot sign another content, and an
+            # unsigned copy signs nothing: neither costs a verification.
+            if event.signature and event.signature != signature and self._verify(event):
+                reason = "equivocation"
+            else:
+                reason = "altered"
         elif not event.signature:
             reason = "unsigned"
         elif (public := self._keys.get(event.source)) is None:
             reason = "unknown-source"
+        elif self._verify(event, public):
+            self._passed += 1
+            self._remember(key, event)
+            return None
         else:
-            self._checks += 1
-            message = signed_message(event.source, event.seq, event.ts, event.payload)
-            try:
-                public.verify(event.signature, message)
-            except self._invalid_signature:
-                reason = "bad-signature"
-            else:
-                self._passed += 1
-                self._remember(key, event)
-                return None
+            reason = "bad-signature"
         self.rejected[reason] += 1
         return reason
+
+    def _verify(self, event: Event, public: Ed25519PublicKey | None = None) -> bool:
+        """Whether ``event`` carries a valid signature of its source (one
+        Ed25519 verification, counted in ``checks``)."""
+        if public is None:
+            public = self._keys.get(event.source)
+            if public is None or not event.signature:
+                return False
+        self._checks += 1
+        message = signed_message(event.source, event.seq, event.ts, event.payload)
+        try:
+            public.verify(event.signature, message)
+        except self._invalid_signature:
+            return False
+        return True
 
     def _remember(self, key: EventId, event: Event) -> None:
         verified = self._verified

@@ -105,3 +105,21 @@ def test_sign_ball_signs_only_own_unsigned_events() -> None:
     assert signed[other.id] == (other, 4)
     assert len(signed[mine.id][0].signature) == 64 and signed[mine.id][1] == 0
     assert signer.sign_ball(signed) is signed
+
+
+def test_two_validly_signed_versions_of_one_id_count_as_equivocation() -> None:
+    """A source that signs two payloads under one event id: the second version
+    is refused wherever the first was verified, and counted as equivocation
+    (not as a relay's alteration)."""
+    signer, verifier = signer_and_verifier()
+    first = signer.sign(Event(source=0, seq=0, ts=5, payload=b"pay alice"))
+    second = signer.sign(Event(source=0, seq=0, ts=5, payload=b"pay bob"))  # the source equivocates
+    assert first.signature != second.signature
+    ball = {first.id: (first, 1)}
+    assert verifier.filter_ball(ball) is ball
+    assert verifier.filter_ball({second.id: (second, 1)}) == {}
+    assert verifier.check(attrs.evolve(second, signature=first.signature)) == "altered"
+    stats = verifier.statistics()
+    assert stats.rejected == {"equivocation": 1, "altered": 1}
+    assert stats.equivocations == 1
+    assert verifier.check(first) is None  # the verified version still passes
