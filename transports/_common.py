@@ -15,7 +15,7 @@ import contextlib
 import random
 from collections import deque
 from collections.abc import Mapping
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import Any, Literal, NamedTuple, Protocol, TypeAlias
 
 import attrs
 
@@ -25,6 +25,7 @@ from epto import (
     CyclonConfig,
     Delivery,
     EventId,
+    EventSigner,
     FrameCodec,
     GroupKey,
     GroupSealer,
@@ -33,6 +34,7 @@ from epto import (
     Node,
     PeerDescriptor,
     RemoteProtocolError,
+    SignatureVerifier,
 )
 from epto import ProcessId as ProcessId
 from epto.tokenring import TokenRingConfig, choose_mode
@@ -61,6 +63,26 @@ class Codec(Protocol):
     def decode(self, data: bytes, now: float = 0.0) -> Any:
         """A frame with ``sender`` and ``message``; raises ``RemoteProtocolError``."""
         ...
+
+
+def _check_signing_key(_inst: object, _attr: object, value: bytes | None) -> None:
+    if value is not None and (not isinstance(value, bytes) or len(value) != 32):
+        raise ConfigurationError(
+            "NodeConfig.signing_key must be the 32-byte Ed25519 private key "
+            "(epto.keys.load_signing_key(path)[0])"
+        )
+
+
+def _check_roster(_inst: object, _attr: object, value: Mapping[int, bytes] | None) -> None:
+    if value is None:
+        return
+    for pid, public in value.items():
+        if not isinstance(pid, int) or not 0 <= pid < 2**64:
+            raise ConfigurationError(f"NodeConfig.roster: process id out of range: {pid!r}")
+        if not isinstance(public, bytes) or len(public) != 32:
+            raise ConfigurationError(
+                f"NodeConfig.roster: the public key of {pid} must be 32 bytes (Ed25519)"
+            )
 
 
 def _check_members(_inst: object, _attr: object, value: Mapping[int, Address]) -> None:
@@ -129,6 +151,16 @@ class NodeConfig:
     contacts: Mapping[ProcessId, Address] = attrs.field(factory=dict, validator=_check_members)
     """Token ring only: a new identity joins a running group through these
     members (``members`` then stays empty); the group admits it by a view change."""
+    signing_key: bytes | None = attrs.field(default=None, validator=_check_signing_key)
+    """This node's Ed25519 private key (32 bytes, ``epto.keys.load_signing_key(path)[0]``):
+    every event it broadcasts is signed (docs/security.md). A signed group sets
+    both ``signing_key`` and ``roster`` on every member."""
+    roster: Mapping[ProcessId, bytes] | None = attrs.field(default=None, validator=_check_roster)
+    """Process id to Ed25519 public key (``epto.keys.load_roster(path)``): events
+    whose signature does not verify against it are refused before ordering and
+    counted in ``statistics().rejected`` (``bad-signature``, ``unsigned``,
+    ``unknown-source``, ``altered``, ``equivocation``). With ``signing_key``
+    too, it must hold this node's own public key."""
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in ("epto", "token-ring", "auto"):
@@ -146,6 +178,19 @@ class NodeConfig:
                 "NodeConfig: a token-ring node either bootstraps with 'members' or joins "
                 "through 'contacts', not both"
             )
+        if self.signing_key is not None and self.roster is not None:
+            own = EventSigner(self.pid, self.signing_key).public_key
+            listed = self.roster.get(self.pid)
+            if listed is None:
+                raise ConfigurationError(
+                    f"NodeConfig.roster has no public key for this node (pid {self.pid}); "
+                    "the others would refuse its events"
+                )
+            if listed != own:
+                raise ConfigurationError(
+                    f"NodeConfig.roster lists another public key for pid {self.pid} than "
+                    "the one of signing_key"
+                )
 
     def resolved_mode(self) -> Literal["epto", "token-ring"]:
         """The engine this configuration runs.
@@ -182,16 +227,30 @@ class NodeConfig:
             tagged_delivery=self.tagged_delivery,
         )
 
-    def codec(self, now: float, rng: random.Random) -> FrameCodec:
+    def codec(
+        self,
+        now: float,
+        rng: random.Random,
+        *,
+        ball_filter: SignatureVerifier | None = None,
+    ) -> FrameCodec:
         """The frame codec of this node (sealing when a group key is set).
 
         ``now`` (wall seconds) starts the nonce counter above anything a
-        previous run of this process used.
+        previous run of this process used. The codec knows this node's id
+        (``me``), so sealed frames bound to another receiver are refused
+        (``bad-tag``); a ``ball_filter`` verifier checks every decoded ball.
         """
         sealer = None
         if self.group_key is not None:
             sealer = GroupSealer(self.group_key, counter_start=int(now * 1e6), rng=rng)
-        return FrameCodec(group=self.group, limits=self.limits, sealer=sealer)
+        return FrameCodec(
+            group=self.group,
+            limits=self.limits,
+            sealer=sealer,
+            me=self.pid,
+            ball_filter=ball_filter.filter_ball if ball_filter is not None else None,
+        )
 
 
 @attrs.frozen(kw_only=True, slots=True)
@@ -221,6 +280,9 @@ class TransportStatistics:
     """Events received and not yet delivered by the core."""
     members: int
     """Members known: the full view (this node included), or the Cyclon view plus one."""
+    encode_failures: int = 0
+    """Messages the core wanted sent that the codec could not encode (they
+    are dropped and counted; the node goes on)."""
 
 
 class DeliveryBuffer:
@@ -261,10 +323,24 @@ class DeliveryBuffer:
         return len(self._items)
 
 
+class Outgoing(NamedTuple):
+    """One message the core wants sent: to process ``dest``, reached at ``address``."""
+
+    dest: ProcessId
+    address: Address
+    message: object
+
+
 class CoreAdapter:
     """One :class:`epto.Node` (EpTO process and peer sampler) plus what a
     driver needs around it: the frame codec, member addresses, flush
     tracking, hole detection and rejection counters.
+
+    Security is done here once for every driver: frames are bound to their
+    receiver (``encode(message, to=dest)``, a codec with ``me=pid``), a
+    ``signing_key`` signs this node's events as the process creates them, and a
+    ``roster`` verifies every ball received, as bytes (the codec's
+    ``ball_filter``) or by reference (:meth:`receive`).
 
     Sans-IO: every method takes ``now`` (seconds) where time matters; drivers
     move the bytes.
@@ -276,7 +352,12 @@ class CoreAdapter:
         self.protocol = config.protocol_config()
         system = rng if rng is not None else random.Random(random.SystemRandom().getrandbits(64))
         seed = config.seed if config.seed is not None else system.getrandbits(64)
-        self.codec = config.codec(now, system)
+        self.signer = (
+            EventSigner(config.pid, config.signing_key) if config.signing_key is not None else None
+        )
+        self.verifier = SignatureVerifier(config.roster) if config.roster is not None else None
+        signer = self.signer.signature if self.signer is not None else None
+        self.codec = config.codec(now, system, ball_filter=self.verifier)
         self.addresses: dict[ProcessId, Address] = dict(config.members)
         self.addresses.pop(config.pid, None)
         advertise = (config.advertise or config.bind).encode()
@@ -293,6 +374,7 @@ class CoreAdapter:
                 sampler=config.sampler,
                 seeds=seeds,
                 address=advertise,
+                signer=signer,
             )
         else:
             self.node = Node(
@@ -302,12 +384,14 @@ class CoreAdapter:
                 now=now,
                 members=[config.pid, *self.addresses],
                 address=advertise,
+                signer=signer,
             )
         self.buffer = DeliveryBuffer(config.delivery_buffer, config.overflow)
         self.rejected: dict[str, int] = {}
         self.datagrams_sent = 0
         self.datagrams_received = 0
         self.send_failures = 0
+        self.encode_failures = 0
         self.holes = 0
         self._last_seq: dict[ProcessId, int] = {}
         self._last_broadcast_round = -1
@@ -335,7 +419,7 @@ class CoreAdapter:
             raise LocalProtocolError(
                 f"payload of {len(payload)} bytes exceeds limits.max_payload_size={limit}"
             )
-        eid = self.node.broadcast(payload, now)
+        eid = self.node.broadcast(payload, now)  # raises to the caller, changes nothing
         self._last_broadcast_round = self.node.process.statistics().rounds
         return eid
 
@@ -343,14 +427,20 @@ class CoreAdapter:
         """Decode one datagram and feed it; bad input is counted, never raised."""
         self.datagrams_received += 1
         try:
-            frame = self.codec.decode(data, now)
+            frame = self.codec.decode(data, now)  # balls verified by the codec's filter
         except RemoteProtocolError as err:
             self.reject(err.fault)
             return
-        self.receive(frame.sender, frame.message, now)
+        self._feed(frame.sender, frame.message, now)
 
     def receive(self, sender: ProcessId, message: object, now: float) -> None:
-        """Feed one decoded message (the in-memory hub skips the bytes)."""
+        """Feed one decoded message (the in-memory hub skips the bytes); in a
+        signed group its events are verified first, as the codec does for bytes."""
+        if self.verifier is not None and isinstance(message, Mapping):
+            message = self.verifier.filter_ball(dict(message.items()), now)
+        self._feed(sender, message, now)
+
+    def _feed(self, sender: ProcessId, message: object, now: float) -> None:
         # The node counts what it refuses (statistics merge its counters).
         with contextlib.suppress(RemoteProtocolError):
             self.node.receive(sender, message, now)
@@ -381,19 +471,26 @@ class CoreAdapter:
                     return None
         return address
 
-    def outgoing(self) -> list[tuple[Address, object]]:
-        """``(address, message)`` for every message the core wants sent."""
-        out: list[tuple[Address, object]] = []
+    def outgoing(self) -> list[Outgoing]:
+        """``(dest, address, message)`` for every message the core wants sent."""
+        out: list[Outgoing] = []
         for dest, message in self.node.messages_to_send():
             address = self.address_of(dest)
             if address is None:
                 self.send_failures += 1
                 continue
-            out.append((address, message))
+            out.append(Outgoing(dest, address, message))
         return out
 
-    def encode(self, message: object) -> list[bytes]:
-        return self.codec.encode(self.pid, message)
+    def encode(self, message: object, *, to: ProcessId) -> list[bytes]:
+        """The frames of ``message`` for process ``to`` (sealed frames are bound
+        to it). A message the codec cannot encode is counted in
+        ``encode_failures`` and dropped (``[]``): the driver's loop goes on."""
+        try:
+            return self.codec.encode(self.pid, message, to=to)
+        except LocalProtocolError:
+            self.encode_failures += 1
+            return []
 
     def pump(self) -> int:
         """Move the core's deliveries into the buffer; returns how many."""
@@ -425,7 +522,8 @@ class CoreAdapter:
         rejected = dict(self.rejected)
         node_stats = self.node.statistics()
         sampler_rejected = node_stats.sampler.rejected if node_stats.sampler else {}
-        for counts in (node_stats.rejected, sampler_rejected):
+        verifier_rejected = self.verifier.rejected if self.verifier is not None else {}
+        for counts in (node_stats.rejected, sampler_rejected, s.rejected, verifier_rejected):
             for fault, count in counts.items():
                 rejected[fault] = rejected.get(fault, 0) + count
         if self.node.full_view is not None:
@@ -449,6 +547,7 @@ class CoreAdapter:
             deliveries_dropped=self.buffer.dropped,
             pending=s.pending,
             members=members,
+            encode_failures=self.encode_failures,
         )
 
 

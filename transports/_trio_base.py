@@ -27,6 +27,7 @@ from ._common import (
     CoreAdapter,
     DeliveryOverflowError,
     NodeConfig,
+    Outgoing,
     TransportStatistics,
     require_epto,
 )
@@ -76,8 +77,8 @@ class TrioNodeBase(TaskOwner):
             while not core.flushed():
                 await self._round_done.park()
             core.leave(self._now())
-            for address, message in core.outgoing():
-                await self._send(address, message)
+            for out in core.outgoing():
+                await self._send(out)
         self.abort()
 
     def abort(self) -> None:
@@ -145,8 +146,8 @@ class TrioNodeBase(TaskOwner):
             # socket buffer while the round ages the others can turn into a hole.
             self._drain_arrivals()
             core.handle_timer(self._now())
-            for address, message in core.outgoing():
-                await self._send(address, message)
+            for out in core.outgoing():
+                await self._send(out)
             if core.pump():
                 self._readers.unpark_all()
             if core.buffer.overflowed:
@@ -173,7 +174,9 @@ class TrioNodeBase(TaskOwner):
         """Feed every arrival that can be read without waiting."""
         raise NotImplementedError
 
-    async def _send(self, address: Address, message: object) -> None:
+    async def _send(self, out: Outgoing) -> None:
+        """Send ``out.message`` to process ``out.dest`` at ``out.address``;
+        failures are counted, never raised (the round loop must go on)."""
         raise NotImplementedError
 
     def _close_link(self) -> None:

@@ -20,7 +20,7 @@ import trio
 
 from epto import ProcessId
 
-from ._common import Address, NodeConfig
+from ._common import Address, NodeConfig, Outgoing
 from ._trio_base import TrioNodeBase
 
 __all__ = ["MemoryHub", "MemoryNode"]
@@ -117,13 +117,15 @@ class MemoryNode(TrioNodeBase):
             core.datagrams_received += 1
             core.reject("not-a-message")
 
-    async def _send(self, address: Address, message: object) -> None:
+    async def _send(self, out: Outgoing) -> None:
         core = self._require_core()
         items: list[_Item] = (
-            list(core.encode(message)) if self.hub.encode else [(core.pid, message)]
+            list(core.encode(out.message, to=out.dest))
+            if self.hub.encode
+            else [(core.pid, out.message)]
         )
         for item in items:
-            if self.hub.deliver(address, item):
+            if self.hub.deliver(out.address, item):
                 core.datagrams_sent += 1
             else:
                 core.send_failures += 1

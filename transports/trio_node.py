@@ -111,7 +111,8 @@ def token_ring_node_config(config: NodeConfig) -> TokenRingNodeConfig:
     addresses. ``limits`` left at its default (``epto.Limits()``, sized for one
     UDP datagram) becomes the token ring's stream limits (1 MiB frames, since
     token states and catch-ups grow with the unstable messages); any other
-    value is used as it is. EpTO's parameters (``epto``, ``round_interval``,
+    value is used as it is. ``signing_key`` and ``roster`` sign and verify
+    the token ring's events as they do EpTO's. EpTO's parameters (``epto``, ``round_interval``,
     ``clock``, ``tagged_delivery``, ``group_size``) do not apply.
     """
     members: dict[ProcessId, Address] = dict(config.members)
@@ -125,6 +126,8 @@ def token_ring_node_config(config: NodeConfig) -> TokenRingNodeConfig:
         advertise=config.advertise,
         group=config.group,
         group_key=config.group_key,
+        signing_key=config.signing_key,
+        roster=dict(config.roster) if config.roster is not None else None,
         seed=config.seed,
         delivery_buffer=config.delivery_buffer,
         overflow=config.overflow,

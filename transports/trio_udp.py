@@ -21,7 +21,9 @@ import socket as _stdlib_socket
 
 import trio
 
-from ._common import Address, NodeConfig, parse_host_port
+from epto import LocalProtocolError
+
+from ._common import Address, NodeConfig, Outgoing, parse_host_port
 from ._trio_base import TrioNodeBase
 
 __all__ = ["TrioNode"]
@@ -88,17 +90,24 @@ class TrioNode(TrioNodeBase):
                 return
             self._feed_datagram(data)
 
-    async def _send(self, address: Address, message: object) -> None:
+    async def _send(self, out: Outgoing) -> None:
         sock = self._sock
         if sock is None:
             return
         core = self._require_core()
+        address = out.address
         target = self._resolved.get(address)
         if target is None:
-            target = self._resolved[address] = parse_host_port(address)
+            try:
+                target = parse_host_port(address)
+            except LocalProtocolError:
+                # An address a peer advertised (Cyclon) that is not host:port.
+                core.send_failures += 1
+                return
+            self._resolved[address] = target
         assert self._raw is not None
         raw_sendto = self._raw.sendto
-        for datagram in core.encode(message):
+        for datagram in core.encode(out.message, to=out.dest):
             # Send without yielding to the scheduler per datagram (a round's
             # datagrams leave together, as in aioquic's transmit()); only a
             # full send buffer makes the round wait for the socket.

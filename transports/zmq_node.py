@@ -252,10 +252,9 @@ class ZmqNode:
                     if self._state == "closing" and core.flushed():
                         core.leave(self._now())
                         self._state = "left"
-                    outgoing = core.outgoing()
-                    for address, message in outgoing:
-                        for frame in core.encode(message):
-                            self._send(address, frame)
+                    for out in core.outgoing():
+                        for frame in core.encode(out.message, to=out.dest):
+                            self._send(out.address, frame)
                     core.pump()
                     self._cond.notify_all()  # readers, and close() waiting for "left"
                     if core.buffer.overflowed:
@@ -291,13 +290,14 @@ class ZmqNode:
     def _connect(self, address: Address) -> zmq.Socket[Any]:
         sock = self._push.get(address)
         if sock is None:
+            target = endpoint(address)  # LocalProtocolError before any socket exists
             sock = self._context.socket(zmq.PUSH)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.SNDHWM, _SEND_HWM)
             # Peers that start later are found within 10-200 ms, not libzmq's 100 ms+.
             sock.setsockopt(zmq.RECONNECT_IVL, 10)
             sock.setsockopt(zmq.RECONNECT_IVL_MAX, 200)
-            sock.connect(endpoint(address))
+            sock.connect(target)
             self._push[address] = sock
         return sock
 
@@ -307,11 +307,17 @@ class ZmqNode:
         delaying the first events by a round trip or more."""
         for address in list(self._core.addresses.values()):
             if address not in self._push:
-                self._connect(address)
+                with contextlib.suppress(LocalProtocolError, zmq.ZMQError):
+                    self._connect(address)
 
     def _send(self, address: Address, frame: bytes) -> None:
         core = self._core
-        sock = self._connect(address)
+        try:
+            sock = self._connect(address)
+        except (LocalProtocolError, zmq.ZMQError):
+            # An address a peer advertised (Cyclon) that is not host:port.
+            core.send_failures += 1
+            return
         try:
             sock.send(frame, zmq.NOBLOCK)
             core.datagrams_sent += 1
