@@ -21,7 +21,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from .._errors import EptoError
-from ..log import LogGapError, iter_raw, list_nodes, log_bounds, node_directory
+from ..log import LogGapError, iter_raw, list_nodes, log_extent, node_directory
 from ..log._segment import FLAG_HAS_BROADCAST, FLAG_OUT_OF_ORDER
 from ._options import (
     EARLIEST,
@@ -79,14 +79,19 @@ class EptoPartition(InputPartition):
 def read_ranges(
     ranges: Sequence[tuple[str, int, int, int]], *, fail_on_data_loss: bool = True
 ) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of the rows in ``ranges``, in index order per node."""
+    """Arrow batches of the rows in ``ranges``, in index order per node.
+
+    With ``fail_on_data_loss``, a missing index in a range raises
+    :class:`DataLossError`; without it, every record of the range that exists is
+    read and the missing ones are skipped (whatever the range's bounds).
+    """
     tags = ("in-order", "out-of-order")
     for node_dir, node, start, end in ranges:
         cols: list[list[Any]] = [[] for _ in range(8)]
         index_c, source_c, seq_c, ts_c, tag_c, payload_c, delivered_c, broadcast_c = cols
         try:
             for index, source, seq, ts, delivered, broadcast, flags, _sig, payload in iter_raw(
-                node_dir, start, end
+                node_dir, start, end, skip_missing=not fail_on_data_loss
             ):
                 index_c.append(index)
                 source_c.append(source)
@@ -100,9 +105,8 @@ def read_ranges(
                     yield _batch(node, cols)
                     for c in cols:
                         c.clear()
-        except LogGapError as exc:
-            if fail_on_data_loss:
-                raise DataLossError(f"{exc} (set failOnDataLoss=false to skip)") from exc
+        except LogGapError as exc:  # only raised with fail_on_data_loss
+            raise DataLossError(f"{exc} (set failOnDataLoss=false to skip)") from exc
         if index_c:
             yield _batch(node, cols)
 
@@ -142,8 +146,16 @@ class _Planner:
         self.options = options
 
     def bounds(self) -> dict[int, tuple[int, int]]:
+        """``(first, end)`` per node, where ``end`` is one past the last record
+        found or, when the tail was lost, the end the log's manifest recorded as
+        durable: offsets cover the lost records, so that reading them raises
+        (``failOnDataLoss=true``) or skips exactly them (``false``)."""
         root = self.options.path
-        return {n: log_bounds(node_directory(root, n)) for n in list_nodes(root)}
+        out = {}
+        for n in list_nodes(root):
+            extent = log_extent(node_directory(root, n))
+            out[n] = (extent.first, max(extent.end, extent.durable_end or 0))
+        return out
 
     def resolve(
         self, spec: str | Offsets, bounds: dict[int, tuple[int, int]], *, default: int
