@@ -5,16 +5,19 @@ The frame decoders already bound sizes (lists, payloads); these checks bound
 the *values* of well-formed messages, so that no claim can make a member
 walk, allocate or count beyond what the bytes it received justify:
 
-* **who may send what**: every kind but ``Join`` and ``Decided`` comes from
-  members of the current view only (a joining process also hears its
-  contacts); a ``Decided`` comes from a member of the configuration it
-  carries or of ours. A message of a member-only kind from anyone else is
-  dropped as ``not-a-member`` before it is even heard by the failure
-  detector, so made-up identities cost no state (a heartbeat of an older
-  configuration is answered, rate-limited, with ours: a member removed while
-  it was away learns it that way). At most :data:`MAX_JOINERS` identities
-  wait to join at once, each forgotten unless it asks again within
-  ``4 * change_timeout``;
+* **who may send what**: every kind but ``Join`` comes from members of the
+  current view only (a joining process hears its contacts), and is dropped
+  as ``not-a-member`` otherwise, before the failure detector even hears the
+  sender, so made-up identities cost no state. A heartbeat of an older
+  configuration from a non-member is answered, rate-limited, with ours (a
+  member removed while it was away learns it that way). At most
+  :data:`MAX_JOINERS` identities wait to join at once, each forgotten unless
+  it asks again within ``4 * change_timeout``, and a view change admits
+  newcomers only while every member is heard, at most a minority of the
+  view at once (``_membership.wanted_change``);
+* **a broadcast comes from its source**: the events of a ``Data`` or
+  ``DataBatch`` are the sender's own (``bad-source``); others' events travel
+  only in catch-ups and consensus messages;
 * **numbers stay far from the end of their range**: instances, hops, ballot
   rounds and sequence numbers above :data:`MAX_CLAIM` (2**48) are refused as
   ``out-of-range``: an honest group does not reach them in centuries, and
@@ -40,6 +43,8 @@ from ._messages import (
     Accept,
     Accepted,
     Catchup,
+    Data,
+    DataBatch,
     Decided,
     Fetch,
     Heartbeat,
@@ -71,13 +76,22 @@ def refusal(p: TokenRingProcess, sender: ProcessId, message: Message) -> str | N
     """Why ``message`` from ``sender`` must be dropped, or None."""
     if not isinstance(message, _OPEN_KINDS) and not _may_send(p, sender):
         return "not-a-member"
+    if isinstance(message, Data):
+        return None if message.event.source == sender else "bad-source"
+    if isinstance(message, DataBatch):
+        return None if all(e.source == sender for e in message.events) else "bad-source"
     if isinstance(message, Token | Order):
         return _state(p, message.state)
     if isinstance(message, Decided):
-        config = message.config
-        if sender not in config.members and sender not in p.config.members:
+        # A member hears decisions from the members it decides with; a
+        # joining process from the members it was pointed at (or heard of
+        # from them).
+        if p.config.members:
+            if sender not in p.config.members:
+                return "not-a-member"
+        elif sender not in p._contacts:
             return "not-a-member"
-        return _config(p, config)
+        return _config(p, message.config)
     if isinstance(message, Prepare | Nack | Accept | Accepted | Promise):
         if message.instance > MAX_CLAIM or message.ballot[0] > MAX_CLAIM:
             return "out-of-range"

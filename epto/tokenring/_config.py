@@ -10,6 +10,7 @@ from __future__ import annotations
 import attrs
 
 from .._errors import ConfigurationError
+from .._event import ProcessId
 from .._limits import HEADER_SIZE, SEAL_OVERHEAD, SIGNATURE_SIZE, Limits
 
 AUTO_TOKEN_RING_MAX_GROUP = 30
@@ -94,6 +95,13 @@ class TokenRingConfig:
     the budget is sequenced alone once the window is empty). A full view
     change sends this window in one Promise, Accept and Decided, so it must
     fit the transport's frame (:meth:`check_limits`)."""
+    allowed_joiners: frozenset[ProcessId] | None = attrs.field(
+        default=None, converter=attrs.converters.optional(frozenset)
+    )
+    """Identities that may join the group by a view change (``None``: any).
+    Without a group key anyone can claim an identity, and an identity that
+    joins is a member: the protocol tolerates members that crash, not members
+    that lie. A signed group's TCP node admits its roster only."""
     max_unstable_messages: int = attrs.field(default=4096)
     """Most messages the token carries (the same window, counted in messages;
     a consensus message lists them in one list of at most

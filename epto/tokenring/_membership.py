@@ -170,10 +170,18 @@ def wanted_change(
         and fd.reported_delivered.get(p, -1) >= low
         and fd.alive_for(p, now, cfg.suspect_timeout) >= cfg.readmit_after
     )
+    # Admit newcomers only while every member is heard, and at most a
+    # minority of the view at once: identities that ask to join and then fall
+    # silent (or never existed) can never outnumber the members that decide,
+    # and are excluded before more are let in.
+    admit: frozenset[ProcessId] = frozenset()
+    if not any(fd.silent_for(p, now) > cfg.suspect_timeout for p in others):
+        room = max(1, (len(config.members) - 1) // 2)
+        admit = frozenset([j for j in joiners if j not in config.members][:room])
     return Wanted(
         demote=demote - exclude,
         promote=promote,
         exclude=exclude,
-        joiners=frozenset(j for j in joiners if j not in config.members),
+        joiners=admit,
         token_lost=token_lost,
     )

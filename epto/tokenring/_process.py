@@ -422,6 +422,10 @@ class TokenRingProcess:
 
     def _on_join(self, sender: ProcessId, msg: Join, now: float) -> None:
         if self.role in (Role.CORE, Role.EXTERNAL) and sender not in self.config.members:
+            allowed = self.cfg.allowed_joiners
+            if allowed is not None and sender not in allowed:
+                self._reject("not-allowed-to-join")
+                return
             joiners = self._joiners
             if sender not in joiners and len(joiners) >= _bounds.MAX_JOINERS:
                 horizon = now - 4 * self.cfg.change_timeout
