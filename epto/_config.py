@@ -94,12 +94,13 @@ class Config:
     )
     """Logical clock: the most received timestamps move the clock in one round.
 
-    A received event whose ``ts`` is more than this above the clock the process
-    had at the start of the round is refused (fault ``"ts-ahead"``) and moves
-    the clock only up to that ceiling, so a peer cannot push the clock to the
-    end of its 64-bit range (it would need ``2**64 / max_clock_step`` rounds),
-    and a process that joins a group whose clocks are far ahead catches up
-    by ``max_clock_step`` a round (docs/epto.md, *Bounds on what a peer claims*).
+    A received event whose ``ts`` is more than ``2 * max_clock_step`` above the
+    clock the process had at the start of the round is refused (fault
+    ``"ts-ahead"``); received timestamps move the clock at most
+    ``max_clock_step`` above that clock. A peer therefore needs ``2**64 /
+    max_clock_step`` rounds to push a clock to the end of its range, and a
+    process that joins a group whose clocks are far ahead catches up one step
+    a round (docs/epto.md, *Bounds on what a peer claims*).
     """
 
     max_clock_skew: float = attrs.field(
@@ -108,8 +109,9 @@ class Config:
     )
     """Global clock: how far, in the unit of ``now``, a member's clock may run
     ahead of this process's. A received event whose ``ts`` is above
-    ``(now + max_clock_skew) * clock_resolution`` is refused (fault
-    ``"ts-ahead"``) and does not move the clock."""
+    ``(now + 2 * max_clock_skew) * clock_resolution`` is refused (fault
+    ``"ts-ahead"``); received timestamps move the clock at most to
+    ``(now + max_clock_skew) * clock_resolution``."""
 
     @classmethod
     def for_group(

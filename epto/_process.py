@@ -15,12 +15,15 @@ reads. Both give the same next ball.
 
 Every value a peer claims is bounded here, where it enters (docs/epto.md,
 *Bounds on what a peer claims*): a timestamp above :meth:`Process.ts_ceiling`
-(the clock can move at most ``max_clock_step`` a round with the logical
-clock, and never past ``max_clock_skew`` ahead of real time with the global
+(twice ``max_clock_step`` above the clock at the start of the round with the
+logical clock, twice ``max_clock_skew`` ahead of ``now`` with the global
 one), a ttl outside ``[0, 65535]``, an id or timestamp outside uint64, a key
 that is not the event's id, or anything that is not an :class:`Event` is
 refused, counted in :attr:`ProcessStatistics.rejected` by fault, and the rest
-of the ball is kept. A :class:`LayeredBall` (what processes hand each other in
+of the ball is kept. Received timestamps move the clock at most to
+:meth:`Process.clock_cap` (one step, or one skew): the slack between the two
+bounds is what keeps a process whose clock a peer pushed to the cap from
+broadcasting events the others refuse. A :class:`LayeredBall` (what processes hand each other in
 one Python process) is taken in constant time when its largest timestamp and
 its ttls are in bounds, and entry by entry otherwise.
 """
@@ -121,6 +124,9 @@ class Process:
         # Logical clock: the clock at the start of the round; received
         # timestamps may be at most max_clock_step above it.
         self._clock_base = 0
+        # The highest accepted timestamp the clock has not reached yet (it
+        # moves at most to the cap while receiving; the rest at the next round).
+        self._behind = 0
         self._clock_step = config.max_clock_step
         self._skew_ticks = math.floor(config.max_clock_skew * config.clock_resolution)
         self._rejected: dict[str, int] = {}
@@ -183,10 +189,15 @@ class Process:
         self._balls_received += 1
         ceiling = self.ts_ceiling(now)
         if type(ball) is not LayeredBall or not _layered_in_bounds(ball, ceiling):
-            self._receive_entries(ball, ceiling)
+            self._receive_entries(ball, ceiling, self.clock_cap(now))
             return
-        if ball.max_ts > self._clock:
-            self._clock = ball.max_ts
+        max_ts = ball.max_ts
+        if max_ts > self._clock:
+            target = max(self._clock, self.clock_cap(now))
+            if max_ts > target:
+                self._behind = max(self._behind, max_ts)
+                max_ts = target
+            self._clock = max_ts
         relay_ttl = self._relay_ttl
         layers = ball._layers
         for ttl in layers:
@@ -199,20 +210,34 @@ class Process:
         """The largest timestamp a received event may carry at ``now``.
 
         Logical clock: the clock at the start of the current round plus
-        ``Config.max_clock_step``. Global clock: ``(now + max_clock_skew)``
-        in clock ticks. Never above ``2**64 - 2**32 - 1``.
+        ``2 * Config.max_clock_step``. Global clock: ``(now + 2 *
+        max_clock_skew)`` in clock ticks. Never above ``2**64 - 2**32 - 1``.
         """
         if self._global_clock:
-            ceiling = math.floor(now * self._resolution) + self._skew_ticks
+            ceiling = math.floor(now * self._resolution) + 2 * self._skew_ticks
         else:
-            ceiling = self._clock_base + self._clock_step
+            ceiling = self._clock_base + 2 * self._clock_step
         return min(ceiling, _TS_LIMIT)
 
-    def _receive_entries(self, ball: Ball, ceiling: int) -> None:
+    def clock_cap(self, now: float) -> int:
+        """The highest value received timestamps move the clock to at ``now``:
+        half-way to :meth:`ts_ceiling` (one step, or one skew)."""
+        if self._global_clock:
+            cap = math.floor(now * self._resolution) + self._skew_ticks
+        else:
+            cap = self._clock_base + self._clock_step
+        return min(cap, _TS_LIMIT)
+
+    def _receive_entries(self, ball: Ball, ceiling: int, cap: int) -> None:
         loose = self._loose
         get = loose.get
         relay_ttl = self._relay_ttl
+        # The clock follows what is received up to the cap; a copy above the
+        # ceiling is refused and moves the clock to the cap (a process far
+        # behind catches up one step a round; a peer gains nothing more by
+        # claiming more).
         clock = self._clock
+        target = max(clock, cap)
         # A decoded ball's values are in range (epto.CheckedBall): only the
         # timestamp ceiling is left to check; anything else is checked in full.
         checked = type(ball) is CheckedBall
@@ -221,23 +246,24 @@ class Process:
                 fault = _entry_fault(eid, entry, ceiling)
                 if fault is not None:
                     self._refuse(fault)
-                    if fault == FAULT_TS_AHEAD and ceiling > clock and not self._global_clock:
-                        clock = ceiling
+                    if fault == FAULT_TS_AHEAD:
+                        clock = target
                     continue
             event, ttl = entry
             ts = event.ts
             if ts > ceiling:
                 self._refuse(FAULT_TS_AHEAD)
-                if ceiling > clock and not self._global_clock:
-                    # The logical clock moves toward what was claimed, one step
-                    # a round at most (a process far behind catches up).
-                    clock = ceiling
+                clock = target
                 continue
             if ttl < relay_ttl:
                 current = get(eid)
                 if current is None or current[1] < ttl:
                     loose[eid] = entry
             if ts > clock:
+                if ts > target:
+                    if ts > self._behind:
+                        self._behind = ts
+                    ts = target
                 clock = ts
         self._clock = clock
         self._entries_received += len(ball)
@@ -250,7 +276,7 @@ class Process:
         to the ordering component."""
         if now < self._deadline:
             return
-        self._run_round()
+        self._run_round(now)
         self._deadline += self._interval
         if self._deadline <= now:
             # Rounds were missed (a paused driver). Running them back to back
@@ -344,9 +370,12 @@ class Process:
         self._pending = [merged] if merged else []
         return merged
 
-    def _run_round(self) -> None:
+    def _run_round(self, now: float) -> None:
         self._rounds += 1
         self._clock_base = self._clock
+        if self._behind > self._clock:
+            # Accepted timestamps the cap held back: catch up, one cap a round.
+            self._clock = max(self._clock, min(self._behind, self.clock_cap(now)))
         merged = self._merge_next_ball()
         if merged:
             self._pending = []

@@ -96,17 +96,18 @@ def test_the_logical_clock_moves_at_most_one_step_a_round() -> None:
     proc = _process(max_clock_step=step)
     now = 0.0
     for k in range(5):
+        assert proc.ts_ceiling(now) == k * step + 2 * step
         hostile = _event(9, k, U64_MAX)
-        proc.receive(9, {hostile.id: (hostile, 1)}, now)
-        proc.receive(9, {hostile.id: (hostile, 1)}, now)
-        assert proc.clock <= (k + 1) * step
+        edge = _event(9, 100 + k, proc.ts_ceiling(now))  # accepted, moves the clock one step
+        proc.receive(9, {hostile.id: (hostile, 1), edge.id: (edge, 1)}, now)
+        assert proc.clock == (k + 1) * step
         now = _run_rounds(proc, now, 1)
-    assert proc.statistics().rejected == {"ts-ahead": 10}
+    assert proc.statistics().rejected == {"ts-ahead": 5}
 
 
 def test_a_process_far_behind_the_group_catches_up() -> None:
     """A new process refuses events far ahead of its clock, moves its clock one
-    step a round toward them, and accepts them once within a step."""
+    step a round toward them, and accepts them once within two steps."""
     step = 1000
     proc = _process(max_clock_step=step)
     ahead = _event(2, 0, 3500)
@@ -118,20 +119,44 @@ def test_a_process_far_behind_the_group_catches_up() -> None:
             accepted_in = r
             break
         now = _run_rounds(proc, now, 1)
-    assert accepted_in == 3  # ceilings 1000, 2000, 3000, then 4000
-    mine = proc.broadcast(b"after", now)
-    assert mine == (1, 0) and proc.clock > ahead.ts
+    assert accepted_in == 2  # ceilings 2000, 3000, then 4000
+    assert proc.clock == 3000  # one step above the clock at the round's start
+    now = _run_rounds(proc, now, 1)
+    assert proc.clock == ahead.ts  # the rest at the next round
+    assert proc.broadcast(b"after", now) == (1, 0) and proc.clock > ahead.ts
+
+
+def test_a_process_pushed_to_the_cap_is_not_refused_by_its_peers() -> None:
+    """A peer that makes one process's clock jump as far as it can (an
+    outsider's top timestamp) does not make that process's next events too far
+    ahead for the others: the cap is one step, the ceiling two."""
+    step = 1000
+    victim, peer = _process(1, max_clock_step=step), _process(2, max_clock_step=step)
+    hostile = _event(9, 0, U64_MAX)
+    victim.receive(9, {hostile.id: (hostile, 1)}, 0.0)
+    for k in range(10):
+        victim.broadcast(b"%d" % k, 0.0)
+    assert victim.clock == step + 10
+    victim.handle_timer(victim.get_timer())
+    for _dest, ball in victim.messages_to_send():
+        peer.receive(1, ball, 0.0)
+    assert peer.statistics().rejected == {}
+    assert peer.clock == step
 
 
 def test_the_global_clock_refuses_timestamps_beyond_the_skew() -> None:
     proc = _process(clock="global", clock_resolution=1000.0, max_clock_skew=5.0)
     now = 100.0
-    within = _event(2, 0, (100 + 5) * 1000)
-    beyond = _event(3, 0, (100 + 5) * 1000 + 1)
+    within = _event(2, 0, (100 + 2 * 5) * 1000)
+    beyond = _event(3, 0, (100 + 2 * 5) * 1000 + 1)
     proc.receive(2, {within.id: (within, 1), beyond.id: (beyond, 1)}, now)
-    assert proc.clock == within.ts  # the refused copy does not move the clock
     assert proc.statistics().rejected == {"ts-ahead": 1}
-    assert proc.ts_ceiling(now) == 105_000
+    assert proc.ts_ceiling(now) == 110_000
+    assert proc.clock == proc.clock_cap(now) == 105_000  # moved one skew ahead at most
+    honest = _event(4, 0, 104_000)  # a member 4 units ahead: accepted, followed
+    later = 101.0
+    proc.receive(4, {honest.id: (honest, 1)}, later)
+    assert proc.clock == 105_000 and proc.statistics().rejected == {"ts-ahead": 1}
 
 
 @pytest.mark.parametrize(

@@ -73,13 +73,17 @@ class TrioNodeBase(TaskOwner):
             return
         self._state = "closing"
         core = self._require_core()
-        with trio.move_on_after(self.config.flush_timeout):
-            while not core.flushed():
-                await self._round_done.park()
-            core.leave(self._now())
-            for out in core.outgoing():
-                await self._send(out)
-        self.abort()
+        try:
+            with trio.move_on_after(self.config.flush_timeout):
+                while not core.flushed():
+                    await self._round_done.park()
+                core.leave(self._now())
+                for out in core.outgoing():
+                    await self._send(out)
+        finally:
+            # Also when the code that entered the node is cancelled meanwhile:
+            # the tasks stop and the socket is closed.
+            self.abort()
 
     def abort(self) -> None:
         """Stop at once (what a crash looks like to the group)."""
