@@ -183,10 +183,21 @@ def check_fetch(p: TokenRingProcess, now: float) -> None:
     # whatever a token or a heartbeat claims: the walk below is bounded.
     end = min(end, book.next_deliver + FETCH_SPAN)
     gaps, ids = book.missing(end)
-    if not gaps and not ids:
+    # Positions others have delivered but that are not final here need the
+    # group's assignments even where we hold tentative ones (a token of ours
+    # the group may have replaced): ask from our stability mark on.
+    final_end = min(_known_end(p), book.next_deliver + FETCH_SPAN)
+    unconfirmed = book.stable < final_end
+    if not gaps and not ids and not unconfirmed:
         p._fetch_since = None
         return
-    start = gaps[0] if gaps else book.next_deliver
+    start = max(book.stable, book.next_deliver) if unconfirmed else end
+    if gaps:
+        start = min(start, gaps[0])
+    if ids:
+        # A payload the others may have delivered already is served from
+        # their logs, by position.
+        start = book.next_deliver
     p._send(target, Fetch(start=start, end=end, ids=tuple(ids[:1024])))
     p._fetch_sent = now
     p._counts["fetches"] += 1
@@ -244,8 +255,14 @@ def on_catchup(p: TokenRingProcess, sender: ProcessId, msg: Catchup, now: float)
                 continue
             book.learn([(seq, event.id)], 0)
             book.add_event(attrs.evolve(event, ts=0))
-        delivered_end = max((s + 1 for s, _ in msg.entries if s < msg.stable), default=0)
-        book.learn((), min(msg.stable, max(delivered_end, book.stable)))
+        # Final here: only positions the catch-up covers, without a gap from
+        # our stability mark (a position it skipped may hold a tentative
+        # assignment of ours that the group replaced).
+        covered = {s for s, _ in msg.entries if s < msg.stable}
+        final = book.stable
+        while final in covered:
+            final += 1
+        book.learn((), final)
     except seqr.Divergence:
         p._leave(Input.DIVERGED)
         return

@@ -17,6 +17,7 @@ from epto.transports.virtual import (
     TokenRingCluster,
     run_simulation,
 )
+from tokenring_scenarios import adversarial_run, campaign_violations
 
 from epto import ConfigurationError, Delivery, Event, EventId, ProcessId
 from epto.check import check
@@ -197,3 +198,17 @@ def test_link_sessions_repair_what_a_break_lost() -> None:
     assert all(s.light_changes == 0 and s.full_changes == 0 for s in stats)
     assert all(cluster.delivered[p] == cluster.delivered[0] for p in cluster.procs)
     assert len(cluster.delivered[0]) == len(cluster.broadcasts)
+
+
+def test_a_catch_up_that_skips_positions_never_makes_stale_assignments_final() -> None:
+    # Schedule 2957 of the campaign: three members, 11% link breaks, a
+    # flapping member. A member that sequenced its own message at position
+    # 18 was cut off; the group put another message there. The member's
+    # fetch asked from its first unassigned position (19), and the catch-up
+    # raised its stability mark past 18: it delivered its own assignment.
+    # Now a catch-up makes final only the positions it covers, from the mark
+    # on, and a fetch asks from the mark when others delivered further.
+    recorder = Positions()
+    cluster, _ = adversarial_run(2957, observers=[recorder])
+    assert recorder.conflicts() == []
+    assert campaign_violations(cluster) == []

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import attrs
-from epto.transports.virtual import TokenRingCluster
+from epto.transports.virtual import SimulationObserver, TokenRingCluster
 
 from epto.check import CheckReport, check
 from epto.tokenring import TokenRingConfig
@@ -116,7 +116,9 @@ FAULTS = (
 )
 
 
-def adversarial_run(seed: int, settle: float = 10.0) -> tuple[TokenRingCluster, dict[str, object]]:
+def adversarial_run(
+    seed: int, settle: float = 10.0, observers: Iterable[SimulationObserver] = ()
+) -> tuple[TokenRingCluster, dict[str, object]]:
     """One schedule of the offline campaign (scripts/token_ring_schedules.py
     ``--adversarial``): every parameter is drawn from ``seed``.
 
@@ -147,6 +149,8 @@ def adversarial_run(seed: int, settle: float = 10.0) -> tuple[TokenRingCluster, 
         loss=loss,
         break_duration=rng.uniform(0.001, 0.05),
     )
+    for observer in observers:
+        cluster.add_observer(observer)
     faults_end = rng.uniform(3.0, 6.0)
     count = 0
     t = 0.05
