@@ -6,6 +6,7 @@ wait bounded by ``trio.fail_after``."""
 
 from __future__ import annotations
 
+import os
 import random
 import struct
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -84,7 +85,10 @@ def _close_streams() -> Iterator[None]:
     """Whatever a test ends with, its client sockets are closed."""
     yield
     while _OPENED:
-        _OPENED.pop().socket.close()
+        # Outside the trio run now: close the descriptor itself.
+        fd = _OPENED.pop().socket.detach()
+        if fd >= 0:
+            os.close(fd)
 
 
 async def connect(node: TokenRingNode, local: str | None = None) -> trio.SocketStream:
