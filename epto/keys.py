@@ -8,6 +8,13 @@ with mode 0600, written to a temporary file in the same directory, flushed to
 disk and then linked into place, so a reader never sees a half-written key;
 an existing file is never overwritten unless ``force=True``. Loading a secret
 file that others can read fails, as ssh does.
+
+Secret keys are read by one loader, whatever their format (the JSON files of
+``epto keygen``, 64 hex digits, or exactly 32 raw bytes), and every format
+gets the same permission check. The format is decided by the file's size and
+exact content, never by sniffing the first byte: a file of exactly 32 bytes
+is a raw key (whatever its bytes), 64 hex digits (surrounding whitespace
+allowed) are a hex key, anything else must be a key file of ``epto keygen``.
 """
 
 from __future__ import annotations
@@ -97,21 +104,62 @@ def _dump(doc: Mapping[str, Any]) -> bytes:
     return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
 
 
-def _load(path: str | os.PathLike[str], expected: str, *, secret: bool) -> dict[str, Any]:
+RAW_KEY_SIZE = 32
+"""Bytes of a raw key file (a group secret or an Ed25519 private key)."""
+_MAX_KEY_FILE = 1 << 20
+
+
+def _read(path: str | os.PathLike[str], *, secret: bool) -> bytes:
+    """The bytes of a key file; a secret file that group or others can access
+    is refused (checked on the opened file, so it cannot change in between)."""
     p = Path(path)
-    if secret:
-        st = p.stat()
-        if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise ConfigurationError(
-                f"{p} is accessible by other users (mode {stat.filemode(st.st_mode)}); chmod 600 it"
-            )
+    fd = os.open(p, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as f:
+        if secret:
+            mode = os.fstat(f.fileno()).st_mode
+            if mode & (stat.S_IRWXG | stat.S_IRWXO):
+                raise ConfigurationError(
+                    f"{p} is accessible by other users (mode {stat.filemode(mode)}); chmod 600 it"
+                )
+        data = f.read(_MAX_KEY_FILE + 1)
+    if len(data) > _MAX_KEY_FILE:
+        raise ConfigurationError(f"{p} is too large for a key file")
+    return data
+
+
+def _parse(p: Path, data: bytes, expected: str) -> dict[str, Any]:
     try:
-        doc = json.loads(p.read_text())
+        doc = json.loads(data.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise ConfigurationError(f"{p} is not a key file: {exc}") from None
     if not isinstance(doc, dict) or doc.get("type") != expected:
         raise ConfigurationError(f"{p} is not an {expected} file")
     return doc
+
+
+def _load(path: str | os.PathLike[str], expected: str, *, secret: bool) -> dict[str, Any]:
+    return _parse(Path(path), _read(path, secret=secret), expected)
+
+
+def read_secret(path: str | os.PathLike[str], expected: str) -> bytes | dict[str, Any]:
+    """The one loader of secret key files, after the permission check: the 32
+    key bytes of a raw (exactly 32 bytes) or hex (64 hex digits) file, or the
+    document of a JSON key file of type ``expected``."""
+    p = Path(path)
+    data = _read(p, secret=True)
+    if len(data) == RAW_KEY_SIZE:
+        return data
+    text = data.strip()
+    if len(text) == 2 * RAW_KEY_SIZE:
+        try:
+            return bytes.fromhex(text.decode("ascii"))
+        except (UnicodeDecodeError, ValueError):
+            pass
+    if not text.startswith(b"{"):
+        raise ConfigurationError(
+            f"{p} is neither a key file of epto keygen, 64 hex digits nor {RAW_KEY_SIZE} raw bytes"
+        )
+    return _parse(p, data, expected)
 
 
 def save_group_key(path: str | os.PathLike[str], key: GroupKey, *, force: bool = False) -> None:
@@ -121,7 +169,11 @@ def save_group_key(path: str | os.PathLike[str], key: GroupKey, *, force: bool =
 
 
 def load_group_key(path: str | os.PathLike[str]) -> GroupKey:
-    doc = _load(path, GROUP_KEY_TYPE, secret=True)
+    """A group key from a file of ``epto keygen group``, or a 32-byte secret
+    (raw or hex, key id 1, AES-256-GCM); see :func:`read_secret`."""
+    doc = read_secret(path, GROUP_KEY_TYPE)
+    if isinstance(doc, bytes):
+        return GroupKey(key_id=1, secret=doc)
     cipher = doc.get("cipher")
     if cipher not in CIPHERS:
         raise ConfigurationError(f"{path}: unknown cipher {cipher!r}")
@@ -154,8 +206,14 @@ def save_signing_key(
 
 
 def load_signing_key(path: str | os.PathLike[str]) -> tuple[bytes, bytes]:
-    """``(private, public)`` raw bytes from a signing key file."""
-    doc = _load(path, SIGNING_KEY_TYPE, secret=True)
+    """``(private, public)`` raw bytes from a file of ``epto keygen signing``,
+    or from a 32-byte Ed25519 private key (raw or hex; see :func:`read_secret`)."""
+    doc = read_secret(path, SIGNING_KEY_TYPE)
+    if isinstance(doc, bytes):
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        public = Ed25519PrivateKey.from_private_bytes(doc).public_key().public_bytes_raw()
+        return doc, public
     return _unb64(doc.get("private"), 32, "private"), _unb64(doc.get("public"), 32, "public")
 
 

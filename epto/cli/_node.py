@@ -16,6 +16,9 @@ the peers are the bootstrap members, the same list everywhere, or ``--contact``
 members through which a new identity joins); ``--mode auto`` picks the token
 ring for groups of at most 30 members. The node is opened by the library's
 :func:`epto.transports.trio_node.open_node` from one ``NodeConfig``.
+``--group-key-file FILE`` seals every frame; ``--signing-key FILE`` signs
+this node's events and ``--roster FILE`` verifies everyone's (the files of
+``epto keygen``; secret files must be mode 0600, read by ``epto.keys``).
 ``--status FILE`` keeps a JSON status line in FILE (rewritten on change).
 A token-ring member excluded from the view exits with status 3 after printing
 ``excluded ID`` on standard error.
@@ -115,7 +118,20 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--group-key-file",
-        help="seal every frame under this group key (epto keygen group, or 64 hex digits)",
+        metavar="FILE",
+        help="seal every frame under this group key (epto keygen group, 64 hex digits "
+        "or exactly 32 raw bytes; mode 0600)",
+    )
+    p.add_argument(
+        "--signing-key",
+        metavar="FILE",
+        help="sign this node's events with this Ed25519 key (epto keygen signing; mode 0600)",
+    )
+    p.add_argument(
+        "--roster",
+        metavar="FILE",
+        help="verify every event against this roster of public keys (epto keygen roster); "
+        "events that do not verify are refused",
     )
     p.add_argument("--group", type=int, default=0, help="group id carried by every frame")
     p.add_argument(
@@ -178,9 +194,11 @@ def _config(args: argparse.Namespace) -> Any:
             clock=args.clock,
             tagged_delivery=args.tagged,
         )
-    group_key = None
-    if args.group_key_file:
-        group_key = _read_key(args.group_key_file)
+    from epto import keys
+
+    group_key = keys.load_group_key(args.group_key_file) if args.group_key_file else None
+    signing_key = keys.load_signing_key(args.signing_key)[0] if args.signing_key else None
+    roster = keys.load_roster(args.roster) if args.roster else None
     return NodeConfig(
         mode=args.mode,
         tokenring=_ring_config(args, max(2, len(members) + len(contacts))),
@@ -188,6 +206,8 @@ def _config(args: argparse.Namespace) -> Any:
         pid=args.id,
         group=args.group,
         group_key=group_key,
+        signing_key=signing_key,
+        roster=roster,
         sampler=epto.CyclonConfig(shuffle_period=args.round_interval) if args.cyclon else "full",
         group_size=len(set(members) | set(contacts) | {args.id}) if not args.cyclon else None,
         bind=args.bind,
@@ -199,26 +219,6 @@ def _config(args: argparse.Namespace) -> Any:
         seed=args.seed,
         flush_timeout=args.flush_timeout,
     )
-
-
-def _read_key(path: str) -> Any:
-    """A group key from ``epto keygen group`` (JSON), or 32 raw bytes / 64 hex digits."""
-    import epto
-
-    with open(path, "rb") as f:
-        raw = f.read().strip()
-    if raw.startswith(b"{"):
-        from epto.keys import load_group_key
-
-        return load_group_key(path)
-    if len(raw) == 64:
-        try:
-            return epto.GroupKey(key_id=1, secret=bytes.fromhex(raw.decode("ascii")))
-        except ValueError:
-            pass
-    if len(raw) != 32:
-        raise SystemExit(f"epto node: {path} must be a keygen file, 32 bytes or 64 hex digits")
-    return epto.GroupKey(key_id=1, secret=raw)
 
 
 class _Sink:
@@ -265,7 +265,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = _config(args)
         mode = config.resolved_mode()
-    except epto.ConfigurationError as exc:
+    except (epto.ConfigurationError, OSError) as exc:
         raise SystemExit(f"epto node: {exc}") from None
     if mode == "token-ring" and args.transport != "trio":
         raise SystemExit("epto node: the token ring runs on --transport trio (TCP)")
