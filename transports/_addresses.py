@@ -5,8 +5,11 @@ The sans-IO token ring names members by process id only; the TCP driver
 one frame kind of its own, ``tcp-addresses`` (code 32), a list of
 ``(pid, address)`` pairs:
 
-* every outgoing stream starts with one: the sender's own listening address
-  (the *hello*), then the addresses it knows of the current members;
+* every outgoing stream starts with two (the *hello*): the first carries
+  only the sender's own listening address, so that it is small (at most 318
+  bytes sealed; the receiver accepts at most ``first_frame_limit`` bytes
+  before a frame of the stream authenticated), the second the addresses it
+  knows of the current members;
 * a node that installs a configuration with members it did not have before
   sends its book to every member.
 
