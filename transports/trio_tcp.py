@@ -34,6 +34,7 @@ import random
 import time
 from typing import Any, Self
 
+import attrs
 import trio
 
 from epto import (
@@ -46,7 +47,7 @@ from epto import (
     ProcessId,
     SignatureVerifier,
 )
-from epto.tokenring import TokenRingProcess, token_ring_registry
+from epto.tokenring import TokenRingConfig, TokenRingProcess, token_ring_registry
 
 from ._addresses import AddressBook, Directory, join_host_port, with_addresses
 from ._common import Address, DeliveryBuffer, DeliveryOverflowError, parse_host_port
@@ -127,7 +128,7 @@ class TokenRingNode(TaskOwner):
         if cfg.contacts:
             self._process = TokenRingProcess(
                 cfg.pid,
-                cfg.tokenring,
+                self._ring_config(),
                 rng=rng,
                 now=now,
                 contacts=sorted(cfg.contacts),
@@ -136,7 +137,12 @@ class TokenRingNode(TaskOwner):
         else:
             members = sorted(set(cfg.members) | {cfg.pid})
             self._process = TokenRingProcess(
-                cfg.pid, cfg.tokenring, rng=rng, now=now, members=members, **self._signing()
+                cfg.pid,
+                self._ring_config(),
+                rng=rng,
+                now=now,
+                members=members,
+                **self._signing(),
             )
         self._gate = InboundGate(cfg, self._codec, self)
         host, port = parse_host_port(cfg.bind)
@@ -401,6 +407,14 @@ class TokenRingNode(TaskOwner):
     ) -> None:
         self._directory.learn(sender, book, lambda: str(stream.socket.getpeername()[0]))
         self._watch_view(self._require_process())
+
+    def _ring_config(self) -> TokenRingConfig:
+        """The process's configuration: a signed group admits its roster only
+        (unless ``tokenring.allowed_joiners`` says otherwise)."""
+        ring = self.config.tokenring
+        if self.config.roster is not None and ring.allowed_joiners is None:
+            ring = attrs.evolve(ring, allowed_joiners=frozenset(self.config.roster.keys()))
+        return ring
 
     def _signing(self) -> dict[str, Any]:
         """The process's signing hooks for a signed group (docs/security.md)."""
