@@ -413,7 +413,8 @@ class TokenRingNode(TaskOwner):
         (unless ``tokenring.allowed_joiners`` says otherwise)."""
         ring = self.config.tokenring
         if self.config.roster is not None and ring.allowed_joiners is None:
-            ring = attrs.evolve(ring, allowed_joiners=frozenset(self.config.roster.keys()))
+            allowed: frozenset[ProcessId] = frozenset(self.config.roster)
+            ring = attrs.evolve(ring, allowed_joiners=allowed)
         return ring
 
     def _signing(self) -> dict[str, Any]:

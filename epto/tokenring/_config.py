@@ -7,6 +7,8 @@ milliseconds; scale every timeout with the link latency of the deployment.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import attrs
 
 from .._errors import ConfigurationError
@@ -27,6 +29,10 @@ CONSENSUS_FIXED_OVERHEAD = 1024
 check counts them: ballots, counters, the token state's header. Member,
 source and start lists take 8 to 32 bytes per identity on top; the default
 budgets leave over 100 KiB of a 1 MiB frame for them."""
+
+
+def _identities(value: Iterable[ProcessId] | None) -> frozenset[ProcessId] | None:
+    return None if value is None else frozenset(value)
 
 
 def _positive(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
@@ -95,9 +101,7 @@ class TokenRingConfig:
     the budget is sequenced alone once the window is empty). A full view
     change sends this window in one Promise, Accept and Decided, so it must
     fit the transport's frame (:meth:`check_limits`)."""
-    allowed_joiners: frozenset[ProcessId] | None = attrs.field(
-        default=None, converter=attrs.converters.optional(frozenset)
-    )
+    allowed_joiners: frozenset[ProcessId] | None = attrs.field(default=None, converter=_identities)
     """Identities that may join the group by a view change (``None``: any).
     Without a group key anyone can claim an identity, and an identity that
     joins is a member: the protocol tolerates members that crash, not members
