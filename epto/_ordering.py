@@ -54,10 +54,12 @@ class Ordering:
         "_received",
         "_round",
         "_strict",
+        "_tagged",
         "_ttl",
         "delivered_in_order",
         "delivered_out_of_order",
         "last_delivered_ts",
+        "rejected_delivered",
         "rejected_stale",
     )
 
@@ -78,7 +80,15 @@ class Ordering:
         self.last_delivered_ts = 0
         # Paper mode only: ids delivered with ts == last_delivered_ts.
         self._delivered_at_last_ts: set[EventId] = set()
-        self._delivered_seqs: SeqIntervals | None = SeqIntervals() if tagged else None
+        # Every id delivered, as intervals per source (a few per source when
+        # sources number their events without gaps): a copy of a delivered id
+        # that claims a later timestamp (a forgery, or a source that
+        # equivocates) is refused instead of being delivered twice.
+        self._delivered_seqs = SeqIntervals()
+        self._tagged = tagged
+        self.rejected_delivered = 0
+        """Copies of delivered ids that passed the timestamp test (forged or
+        equivocated: an honest copy of a delivered event never does)."""
         self.delivered_in_order = 0
         self.delivered_out_of_order = 0
         self.rejected_stale = 0
@@ -103,8 +113,7 @@ class Ordering:
             "received": len(self._received),
             "delivered_at_last_ts": len(self._delivered_at_last_ts),
         }
-        if self._delivered_seqs is not None:
-            sizes["delivered_intervals"] = self._delivered_seqs.interval_count()
+        sizes["delivered_intervals"] = self._delivered_seqs.interval_count()
         return sizes
 
     def order(self, ball: Ball) -> None:
@@ -123,6 +132,7 @@ class Ordering:
             get = received.get
             strict = self._strict
             at_last = self._delivered_at_last_ts
+            delivered = self._delivered_seqs
             stale: list[Event] = []
             for ttl, layer in layers.items():
                 birth = r - ttl
@@ -130,7 +140,12 @@ class Ordering:
                     ts = event.ts
                     if ts > last or (not strict and ts == last and eid not in at_last):
                         current = get(eid)
-                        if current is None or current[1] > birth:
+                        if current is None:
+                            if eid in delivered:
+                                self.rejected_delivered += 1
+                                continue
+                            received[eid] = (event, birth)
+                        elif current[1] > birth:
                             received[eid] = (event, birth)
                     else:
                         stale.append(event)
@@ -172,8 +187,7 @@ class Ordering:
             self._delivered_at_last_ts.update(e.id for e in events if e.ts == new_last)
         for event in events:
             del received[(event.source, event.seq)]
-            if seqs is not None:
-                seqs.add(event.source, event.seq)
+            seqs.add(event.source, event.seq)
             emit(Delivery(event=event, tag=DeliveryTag.IN_ORDER))
         self.last_delivered_ts = new_last
         self.delivered_in_order += len(events)
@@ -182,9 +196,9 @@ class Ordering:
         """Copies refused by the timestamp test. With tagged delivery, those
         never delivered are delivered now, out of order, sorted by order key."""
         self.rejected_stale += len(stale)
-        seqs = self._delivered_seqs
-        if seqs is None:
+        if not self._tagged:
             return
+        seqs = self._delivered_seqs
         stale.sort(key=_order_key)
         for event in stale:
             if seqs.add(event.source, event.seq):
