@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ._ball import LayeredBall
-from ._event import Ball, Delivery, DeliveryTag, Event, EventId
+from ._event import Ball, Delivery, DeliveryTag, Event, EventId, ProcessId
 from ._intervals import SeqIntervals
 
 
@@ -54,7 +54,7 @@ class Ordering:
         "_received",
         "_round",
         "_strict",
-        "_tagged",
+        "_top_seq",
         "_ttl",
         "delivered_in_order",
         "delivered_out_of_order",
@@ -80,12 +80,13 @@ class Ordering:
         self.last_delivered_ts = 0
         # Paper mode only: ids delivered with ts == last_delivered_ts.
         self._delivered_at_last_ts: set[EventId] = set()
-        # Every id delivered, as intervals per source (a few per source when
-        # sources number their events without gaps): a copy of a delivered id
-        # that claims a later timestamp (a forgery, or a source that
-        # equivocates) is refused instead of being delivered twice.
-        self._delivered_seqs = SeqIntervals()
-        self._tagged = tagged
+        self._delivered_seqs: SeqIntervals | None = SeqIntervals() if tagged else None
+        # Per source, the highest seq delivered: a copy of an id at or below
+        # it that passes the timestamp test (a forgery, or a source that
+        # equivocates; an honest copy of such an id is always stale) is
+        # refused instead of being delivered twice. One int per source,
+        # whatever the holes.
+        self._top_seq: dict[ProcessId, int] = {}
         self.rejected_delivered = 0
         """Copies of delivered ids that passed the timestamp test (forged or
         equivocated: an honest copy of a delivered event never does)."""
@@ -113,7 +114,8 @@ class Ordering:
             "received": len(self._received),
             "delivered_at_last_ts": len(self._delivered_at_last_ts),
         }
-        sizes["delivered_intervals"] = self._delivered_seqs.interval_count()
+        if self._delivered_seqs is not None:
+            sizes["delivered_intervals"] = self._delivered_seqs.interval_count()
         return sizes
 
     def order(self, ball: Ball) -> None:
@@ -132,7 +134,7 @@ class Ordering:
             get = received.get
             strict = self._strict
             at_last = self._delivered_at_last_ts
-            delivered = self._delivered_seqs
+            top_seq = self._top_seq
             stale: list[Event] = []
             for ttl, layer in layers.items():
                 birth = r - ttl
@@ -141,7 +143,8 @@ class Ordering:
                     if ts > last or (not strict and ts == last and eid not in at_last):
                         current = get(eid)
                         if current is None:
-                            if eid in delivered:
+                            top = top_seq.get(eid[0])
+                            if top is not None and eid[1] <= top:
                                 self.rejected_delivered += 1
                                 continue
                             received[eid] = (event, birth)
@@ -185,9 +188,13 @@ class Ordering:
             if new_last != self.last_delivered_ts:
                 self._delivered_at_last_ts.clear()
             self._delivered_at_last_ts.update(e.id for e in events if e.ts == new_last)
+        top_seq = self._top_seq
         for event in events:
             del received[(event.source, event.seq)]
-            seqs.add(event.source, event.seq)
+            if seqs is not None:
+                seqs.add(event.source, event.seq)
+            if event.seq > top_seq.get(event.source, -1):
+                top_seq[event.source] = event.seq
             emit(Delivery(event=event, tag=DeliveryTag.IN_ORDER))
         self.last_delivered_ts = new_last
         self.delivered_in_order += len(events)
@@ -196,9 +203,9 @@ class Ordering:
         """Copies refused by the timestamp test. With tagged delivery, those
         never delivered are delivered now, out of order, sorted by order key."""
         self.rejected_stale += len(stale)
-        if not self._tagged:
-            return
         seqs = self._delivered_seqs
+        if seqs is None:
+            return
         stale.sort(key=_order_key)
         for event in stale:
             if seqs.add(event.source, event.seq):
