@@ -51,31 +51,48 @@ def random_run(
         victim = rng.randrange(n)
         cluster.at(rng.uniform(0.5, 3.0), lambda: cluster.crash(victim))
     if "flap" in faults:
-        flapper = rng.randrange(n)
-        period = rng.uniform(0.3, 1.5)
-        t = rng.uniform(0.2, 1.0)
-        while t < duration - 3.0:
-            cluster.at(t, lambda: cluster.disconnect(flapper))
-            cluster.at(t + period, lambda: cluster.reconnect(flapper))
-            t += 2 * period
+        _flap(cluster, rng, n, shortest=0.3, until=duration - 3.0)
     if "partition" in faults:
-        members = list(range(n))
-        rng.shuffle(members)
-        cut = rng.randrange(1, n)
-        start = rng.uniform(0.5, 3.0)
-        end = start + rng.uniform(0.2, 6.0)
-        cluster.partition([members[:cut], members[cut:]], start=start, end=end)
+        _partition(cluster, rng, n)
     if "breaks" in faults:
-        for _ in range(rng.randrange(3, 15)):
-            a, b = rng.sample(range(n), 2)
-            cluster.at(
-                rng.uniform(0.1, duration - 3.0),
-                lambda a=a, b=b: cluster.break_link(a, b, rng.uniform(0.01, 0.5)),
-            )
+        _breaks(cluster, rng, n, until=duration - 3.0)
     if "join" in faults:
         cluster.at(rng.uniform(0.5, 3.0), lambda: cluster.join(100 + seed % 7, [0, 1, 2]))
     cluster.run_until(duration + 12.0)
     return cluster
+
+
+def _flap(
+    cluster: TokenRingCluster, rng: random.Random, n: int, *, shortest: float, until: float
+) -> None:
+    """A random member disconnected and reconnected every period until ``until``."""
+    flapper = rng.randrange(n)
+    period = rng.uniform(shortest, 1.5)
+    t = rng.uniform(0.2, 1.0)
+    while t < until:
+        cluster.at(t, lambda: cluster.disconnect(flapper))
+        cluster.at(t + period, lambda: cluster.reconnect(flapper))
+        t += 2 * period
+
+
+def _partition(cluster: TokenRingCluster, rng: random.Random, n: int) -> None:
+    """A random cut of the members, healed later."""
+    members = list(range(n))
+    rng.shuffle(members)
+    cut = rng.randrange(1, n)
+    start = rng.uniform(0.5, 3.0)
+    end = start + rng.uniform(0.2, 6.0)
+    cluster.partition([members[:cut], members[cut:]], start=start, end=end)
+
+
+def _breaks(cluster: TokenRingCluster, rng: random.Random, n: int, *, until: float) -> None:
+    """3 to 14 scripted breaks of random links before ``until``."""
+    for _ in range(rng.randrange(3, 15)):
+        a, b = rng.sample(range(n), 2)
+        cluster.at(
+            rng.uniform(0.1, until),
+            lambda a=a, b=b: cluster.break_link(a, b, rng.uniform(0.01, 0.5)),
+        )
 
 
 def staying_report(cluster: TokenRingCluster) -> CheckReport:
@@ -195,27 +212,11 @@ def adversarial_run(
         cluster.at(start, lambda: cluster.disconnect(other))
         cluster.at(start + rng.uniform(0.4, 1.2), lambda: cluster.reconnect(other))
     if "flap" in faults:
-        flapper = rng.randrange(n)
-        period = rng.uniform(0.2, 1.5)
-        t = rng.uniform(0.2, 1.0)
-        while t < faults_end:
-            cluster.at(t, lambda: cluster.disconnect(flapper))
-            cluster.at(t + period, lambda: cluster.reconnect(flapper))
-            t += 2 * period
+        _flap(cluster, rng, n, shortest=0.2, until=faults_end)
     if "partition" in faults:
-        members = list(range(n))
-        rng.shuffle(members)
-        cut_at = rng.randrange(1, n)
-        start = rng.uniform(0.5, 3.0)
-        end = start + rng.uniform(0.2, 6.0)
-        cluster.partition([members[:cut_at], members[cut_at:]], start=start, end=end)
+        _partition(cluster, rng, n)
     if "breaks" in faults:
-        for _ in range(rng.randrange(3, 15)):
-            a, b = rng.sample(range(n), 2)
-            cluster.at(
-                rng.uniform(0.1, faults_end),
-                lambda a=a, b=b: cluster.break_link(a, b, rng.uniform(0.01, 0.5)),
-            )
+        _breaks(cluster, rng, n, until=faults_end)
     if "join" in faults:
         contacts = rng.sample(range(n), k=min(n, 2))
         cluster.at(rng.uniform(0.5, 3.0), lambda: cluster.join(100 + seed % 7, contacts))
