@@ -30,6 +30,7 @@ hostile sender cannot make this layer keep state for arbitrary identities.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import deque
 from collections.abc import Collection
 
@@ -51,7 +52,7 @@ class _Outgoing:
         let go)."""
         self.kept: deque[Message] = deque()
         """Messages ``base``, ``base + 1``, ... not acknowledged yet."""
-        self.repaired_at = -1e300
+        self.repaired_at = -math.inf
 
 
 class _Incoming:

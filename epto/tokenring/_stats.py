@@ -34,6 +34,9 @@ class TokenRingStatistics:
     """Messages sent again because a peer reported them lost (link sessions)."""
     link_gaps: int = 0
     """Losses found on incoming links (each one repaired by the peer)."""
+    messages_let_go: int = 0
+    """Messages dropped unacknowledged because a link's buffer was full (the
+    protocol's own repairs cover them)."""
     exclusion: str | None = None
     """Why the process left the view for good (see ``TokenRingProcess.exclusion``)."""
 
@@ -60,5 +63,6 @@ def statistics_of(p: TokenRingProcess) -> TokenRingStatistics:
         messages_received=c["received"],
         messages_resent=links.resent,
         link_gaps=links.gaps,
+        messages_let_go=links.let_go,
         exclusion=p.exclusion,
     )
