@@ -1,22 +1,31 @@
-"""Drivers that run the sans-IO core over a network (imported as ``epto.transports``).
+"""Drivers that run the sans-IO endpoints over a network (imported as ``epto.transports``).
 
-The node classes live in their modules so that importing this package needs
-neither trio nor pyzmq:
+Every driver runs one loop over an :class:`epto.endpoint.Endpoint`
+(:mod:`epto.transports._loop`). The node classes live in their modules so
+that importing this package needs neither trio nor pyzmq:
 
 * :class:`epto.transports.memory.MemoryNode` and ``MemoryHub``: in one trio
   event loop, real time;
-* :class:`epto.transports.trio_udp.TrioNode`: UDP datagrams with trio;
-* :class:`epto.transports.zmq_node.ZmqNode`: ZeroMQ, synchronous and thread-safe;
-* :class:`epto.transports.trio_tcp.TokenRingNode`: the token ring over TCP with trio.
+* :class:`epto.transports.trio_udp.TrioNode`: EpTO on UDP datagrams with trio;
+* :class:`epto.transports.zmq_node.ZmqNode`: EpTO on ZeroMQ, synchronous and thread-safe;
+* :class:`epto.transports.trio_tcp.TokenRingNode`: the token ring on TCP with trio.
 
-Every EpTO node takes a :class:`NodeConfig` and reports :class:`TransportStatistics`.
-``NodeConfig.mode`` chooses the ordering engine; on trio,
-:func:`epto.transports.trio_node.open_node` opens the node it asks for.
+Every node takes a :class:`NodeConfig` (the token-ring node its own
+``TokenRingNodeConfig``); ``NodeConfig.mode`` chooses the ordering engine, and
+on trio :func:`epto.transports.trio_node.open_node` opens the node it asks for.
 """
 
-from ._common import Codec as Codec
-from ._common import DeliveryOverflowError as DeliveryOverflowError
-from ._common import Mode as Mode
-from ._common import NodeConfig as NodeConfig
-from ._common import OverflowPolicy as OverflowPolicy
+from epto.endpoint import Mode as Mode
+from epto.endpoint import NodeConfig as NodeConfig
+from epto.endpoint import OverflowPolicy as OverflowPolicy
+
 from ._common import TransportStatistics as TransportStatistics
+from ._loop import DeliveryOverflowError as DeliveryOverflowError
+
+__all__ = [
+    "DeliveryOverflowError",
+    "Mode",
+    "NodeConfig",
+    "OverflowPolicy",
+    "TransportStatistics",
+]

@@ -9,15 +9,10 @@ from collections.abc import Mapping
 import attrs
 
 from epto import ConfigurationError, GroupKey, Limits, LocalProtocolError, ProcessId
+from epto.endpoint import OPENER_MAX, Address, OverflowPolicy, parse_host_port
 from epto.tokenring import TokenRingConfig
 
-from ._common import Address, OverflowPolicy, parse_host_port
-
 __all__ = ["MemberExcludedError", "TokenRingNodeConfig", "TokenRingNodeStatistics"]
-
-OPENER_MAX = 318
-"""Largest opening frame of a stream: an address frame with one entry of at
-most 255 address bytes, sealed and bound to its receiver."""
 
 MIN_FIRST_FRAME = 512
 """Least ``first_frame_limit`` (above :data:`OPENER_MAX`)."""
@@ -191,6 +186,7 @@ class TokenRingNodeStatistics:
     delivered: int
     frames_sent: int
     frames_received: int
+    """Frames read from incoming streams (address frames and refused ones included)."""
     frames_dropped: int
     """Frames lost in a stream that broke while writing them, or refused by a
     full send queue (frames for a peer not reachable yet wait instead)."""

@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from typing import Any, Protocol
+from typing import Protocol
 
 import trio
 
-from epto import FrameCodec, ProcessId
+from epto import Limits
 from epto._limits import HEADER_SIZE
 
-from ._addresses import AddressBook
 from ._tcp_config import TokenRingNodeConfig
 from ._tcp_framing import FrameReader, FramingError
 
@@ -46,19 +45,15 @@ _BROKEN = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 
 class Inbound(Protocol):
-    """What a reader hands the decoded frames to (the node)."""
+    """What a reader hands the frames to (the node, which feeds its endpoint)."""
 
-    def _learn_addresses(
-        self, sender: ProcessId, book: AddressBook, stream: trio.SocketStream
-    ) -> None: ...
-
-    def _deliver_frame(self, sender: ProcessId, message: Any, now: float) -> bool:
-        """Feed one message to the process; False once the node is closed
-        (the reader stops)."""
+    def _feed_frame(self, data: bytes, peer_host: str) -> bool | None:
+        """Feed one frame: True when the endpoint accepted it, False when it
+        refused it, None once the node is closed (the reader stops)."""
         ...
 
-    def _after_input(self) -> None:
-        """What the fed frames produced is to be sent, soon."""
+    def _refuse(self, fault: str) -> None:
+        """Count a frame the reader could not cut out of the stream."""
         ...
 
 
@@ -66,9 +61,9 @@ class InboundGate:
     """Admits, reads and accounts for the incoming streams of one node: the
     handler :func:`trio.serve_listeners` runs for each accepted connection."""
 
-    def __init__(self, config: TokenRingNodeConfig, codec: FrameCodec, inbound: Inbound) -> None:
+    def __init__(self, config: TokenRingNodeConfig, inbound: Inbound) -> None:
         self._config = config
-        self._codec = codec
+        self._limits = config.limits
         self._inbound = inbound
         self._idle = config.idle_after()
         self.refused: Counter[str] = Counter()
@@ -102,7 +97,7 @@ class InboundGate:
         self.open += 1
         self._per_address[address] += 1
         reader = FrameReader(
-            max_frame=self._codec.limits.max_frame_size,
+            max_frame=self._limits.max_frame_size,
             min_frame=HEADER_SIZE,
             first_frame=config.first_frame_limit,
         )
@@ -110,8 +105,9 @@ class InboundGate:
         try:
             reason = await read_stream(
                 stream,
-                self._codec,
+                self._limits,
                 self._inbound,
+                peer_host=address,
                 reader=reader,
                 handshake_timeout=config.handshake_timeout,
                 idle_timeout=self._idle,
@@ -134,9 +130,10 @@ class InboundGate:
 
 async def read_stream(
     stream: trio.SocketStream,
-    codec: FrameCodec,
+    limits: Limits,
     inbound: Inbound,
     *,
+    peer_host: str = "",
     reader: FrameReader | None = None,
     handshake_timeout: float = float("inf"),
     idle_timeout: float = float("inf"),
@@ -145,13 +142,13 @@ async def read_stream(
     breaks the framing or times out; return why the node closed it (a key
     of ``connections_refused``), ``None`` when it ended otherwise.
 
-    Until a frame passed ``codec`` (``reader`` not yet open) at most
+    Until a frame was accepted (``reader`` not yet open) at most
     ``reader.room()`` bytes are read at a time, a first frame that does not
     pass closes the stream, and so does ``handshake_timeout`` (seconds from
     the start) without one. Then ``idle_timeout`` seconds without an accepted
     frame close it."""
     if reader is None:
-        reader = FrameReader(max_frame=codec.limits.max_frame_size, min_frame=HEADER_SIZE)
+        reader = FrameReader(max_frame=limits.max_frame_size, min_frame=HEADER_SIZE)
     opened_before = reader.opened
     deadline = trio.current_time() + (idle_timeout if opened_before else handshake_timeout)
     try:
@@ -172,8 +169,8 @@ async def read_stream(
                     try:
                         data = reader.next_frame()
                     except FramingError as error:
-                        if not HEADER_SIZE <= error.length <= codec.limits.max_frame_size:
-                            codec.rejected["bad-length"] += 1
+                        if not HEADER_SIZE <= error.length <= limits.max_frame_size:
+                            inbound._refuse("bad-length")
                         if reader.opened:
                             return None
                         if error.length > reader.limit:
@@ -181,28 +178,21 @@ async def read_stream(
                         return "handshake-rejected"
                     if data is None:
                         break
-                    now = trio.current_time()
-                    frame = codec.receive(data, now)
-                    if frame is None:
+                    accepted = inbound._feed_frame(data, peer_host)
+                    if accepted is None:
+                        return None
+                    if not accepted:
                         if not reader.opened:
-                            # The first frame must pass (counted by the codec too).
+                            # The first frame must pass (counted by the endpoint too).
                             return "handshake-rejected"
                         continue
                     if not reader.opened:
                         reader.open()
-                    deadline = now + idle_timeout
-                    if type(frame.message) is AddressBook:
-                        inbound._learn_addresses(frame.sender, frame.message, stream)
-                        continue
-                    if not inbound._deliver_frame(frame.sender, frame.message, now):
-                        return None
+                    deadline = trio.current_time() + idle_timeout
                     fed += 1
                     if fed % _FRAMES_PER_TURN == 0:
                         # A long chunk: let the other tasks run (send what
                         # these frames produced, a token to pass on).
-                        inbound._after_input()
                         await trio.lowlevel.checkpoint()
-                if fed:
-                    inbound._after_input()
     except _BROKEN:
         return None

@@ -29,8 +29,8 @@ from collections.abc import Callable
 import trio
 
 from epto import ProcessId
+from epto.endpoint import Address, parse_host_port
 
-from ._common import Address, parse_host_port
 from ._tcp_config import TokenRingNodeConfig
 from ._tcp_framing import pack_frames
 
@@ -56,7 +56,7 @@ class _Link:
 class PeerLinks:
     """The senders of one node: :meth:`send` and the tasks behind it.
 
-    ``addresses`` is the node's live address table, ``counts`` its transport
+    ``address_of(pid)`` says where a peer listens now, ``counts`` its transport
     counters (``sent``, ``dropped``, ``connects``, ``connect_failures``),
     ``hello(dest)`` the frames that start a stream to ``dest``, and ``spawn``
     starts a task owned by the node.
@@ -65,13 +65,13 @@ class PeerLinks:
     def __init__(
         self,
         config: TokenRingNodeConfig,
-        addresses: dict[ProcessId, Address],
+        address_of: Callable[[ProcessId], Address | None],
         counts: dict[str, int],
         hello: Callable[[ProcessId], list[bytes]],
         spawn: Callable[..., None],
     ) -> None:
         self._config = config
-        self._addresses = addresses
+        self._address_of = address_of
         self._counts = counts
         self._hello = hello
         self._spawn = spawn
@@ -152,7 +152,7 @@ class PeerLinks:
             await close_quietly(stream)
 
     async def _connect(self, dest: ProcessId, link: _Link) -> bool:
-        address = self._addresses.get(dest)
+        address = self._address_of(dest)
         if address is None:
             return False
         host, port = parse_host_port(address)

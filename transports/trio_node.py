@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Protocol, Self
 import attrs
 
 from epto import Delivery, EventId, Limits, ProcessId
+from epto.endpoint import Address, NodeConfig
 
-from ._common import Address, NodeConfig
 from .trio_tcp import MemberExcludedError, TokenRingNode, TokenRingNodeConfig
 from .trio_udp import TrioNode
 

@@ -22,9 +22,9 @@ import socket as _stdlib_socket
 import trio
 
 from epto import LocalProtocolError
+from epto.endpoint import Address, NodeConfig, Transmit, parse_host_port
 
-from ._common import Address, NodeConfig, Outgoing, parse_host_port
-from ._trio_base import TrioNodeBase
+from ._trio_epto import TrioEptoNode
 
 __all__ = ["TrioNode"]
 
@@ -32,7 +32,7 @@ _RECV_SIZE = 65_536
 _DRAIN_BATCH = 1024
 
 
-class TrioNode(TrioNodeBase):
+class TrioNode(TrioEptoNode):
     """One EpTO node on a UDP socket; an async context manager.
 
     ``node.address`` is the ``"host:port"`` actually bound (useful with port 0).
@@ -61,74 +61,73 @@ class TrioNode(TrioNodeBase):
         bound_host, bound_port = sock.getsockname()[:2]
         self.address = f"{bound_host}:{bound_port}"
 
+    def _start_receiving(self) -> None:
+        self._spawn(self._receive_loop)
+
     async def _receive_loop(self) -> None:
         sock = self._sock
         assert sock is not None
-        core = self._require_core()
+        loop = self._require_loop()
         while True:
             try:
                 data, _ = await sock.recvfrom(_RECV_SIZE)
             except OSError:
                 # ICMP errors surface here on some systems; a lost peer is not our fault.
-                core.reject("socket-error")
+                loop.refused("socket-error")
                 continue
-            self._feed_datagram(data)
+            self._arrived(data)
             self._drain_arrivals()
 
     def _drain_arrivals(self) -> None:
         raw = self._raw
         if raw is None:
             return
-        core = self._require_core()
+        loop = self._require_loop()
         for _ in range(_DRAIN_BATCH):
             try:
                 data = raw.recv(_RECV_SIZE)
             except BlockingIOError:
                 return
             except OSError:
-                core.reject("socket-error")
+                loop.refused("socket-error")
                 return
-            self._feed_datagram(data)
+            self._arrived(data)
 
-    async def _send(self, out: Outgoing) -> None:
+    async def _send(self, out: list[Transmit]) -> None:
         sock = self._sock
-        if sock is None:
+        raw = self._raw
+        if sock is None or raw is None:
             return
-        core = self._require_core()
-        address = out.address
-        target = self._resolved.get(address)
-        if target is None:
-            try:
-                target = parse_host_port(address)
-            except LocalProtocolError:
-                # An address a peer advertised (Cyclon) that is not host:port.
-                core.send_failures += 1
-                return
-            self._resolved[address] = target
-        assert self._raw is not None
-        raw_sendto = self._raw.sendto
-        for datagram in core.encode(out.message, to=out.dest):
+        loop = self._require_loop()
+        resolved = self._resolved
+        raw_sendto = raw.sendto
+        for transmit in out:
+            address = transmit.address
+            target = resolved.get(address)
+            if target is None:
+                try:
+                    target = parse_host_port(address)
+                except LocalProtocolError:
+                    # An address a peer advertised (Cyclon) that is not host:port.
+                    loop.send_failures += 1
+                    continue
+                resolved[address] = target
             # Send without yielding to the scheduler per datagram (a round's
             # datagrams leave together, as in aioquic's transmit()); only a
             # full send buffer makes the round wait for the socket.
             try:
-                raw_sendto(datagram, target)
+                raw_sendto(transmit.data, target)
             except BlockingIOError:
                 try:
-                    await sock.sendto(datagram, target)
+                    await sock.sendto(transmit.data, target)
                 except OSError:
-                    core.send_failures += 1
+                    loop.send_failures += 1
                     continue
             except OSError:
-                core.send_failures += 1
+                loop.send_failures += 1
                 continue
-            core.datagrams_sent += 1
+            loop.datagrams_sent += 1
 
     def _close_link(self) -> None:
         if self._sock is not None:
             self._sock.close()
-
-    async def send_raw(self, address: Address, data: bytes) -> None:
-        """Send bytes as they are (for tests of hostile input)."""
-        if self._sock is not None:
-            await self._sock.sendto(data, parse_host_port(address))

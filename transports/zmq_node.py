@@ -36,16 +36,10 @@ from typing import Any, Self
 import zmq
 
 from epto import Delivery, EventId, LocalProtocolError, ProcessId
+from epto.endpoint import Address, EptoEndpoint, NodeConfig, Transmit, parse_host_port
 
-from ._common import (
-    Address,
-    CoreAdapter,
-    DeliveryOverflowError,
-    NodeConfig,
-    TransportStatistics,
-    parse_host_port,
-    require_epto,
-)
+from ._common import TransportStatistics, epto_statistics, require_epto
+from ._loop import DeliveryBuffer, DeliveryOverflowError, DriverLoop
 
 __all__ = ["ZmqNode"]
 
@@ -77,7 +71,10 @@ class ZmqNode:
         self._context = context or zmq.Context.instance()
         self._offset = time.time() - time.monotonic()
         self._cond = threading.Condition()
-        self._core = CoreAdapter(config, self._now())
+        self._endpoint = EptoEndpoint(config, self._now())
+        self._loop = DriverLoop(
+            self._endpoint, DeliveryBuffer(config.delivery_buffer, config.overflow)
+        )
         self._state = "new"
         self._thread: threading.Thread | None = None
         self._pull: zmq.Socket[Any] | None = None
@@ -166,7 +163,7 @@ class ZmqNode:
         with self._cond:
             if self._state != "running":
                 raise LocalProtocolError(f"cannot broadcast on a node that is {self._state}")
-            return self._core.broadcast(payload, self._now())
+            return self._loop.broadcast(payload, self._now())
 
     def get(self, timeout: float | None = None) -> Delivery | None:
         """The next delivery; None after ``timeout`` seconds or once the node is
@@ -175,13 +172,12 @@ class ZmqNode:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
-                delivery = self._core.buffer.get()
+                buffer = self._loop.buffer
+                delivery = buffer.get()
                 if delivery is not None:
                     return delivery
-                if self._core.buffer.overflowed:
-                    raise DeliveryOverflowError(
-                        f"more than {self._core.buffer.capacity} deliveries waited"
-                    )
+                if buffer.overflowed:
+                    raise DeliveryOverflowError(f"more than {buffer.capacity} deliveries waited")
                 if self._error is not None:
                     raise RuntimeError("the node's poller thread failed") from self._error
                 if self._state == "closed":
@@ -198,18 +194,18 @@ class ZmqNode:
 
     def add_member(self, pid: ProcessId, address: Address) -> None:
         with self._cond:
-            self._core.add_member(pid, address)
+            self._endpoint.add_member(pid, address)
             self._members_changed = True
         with contextlib.suppress(OSError):
             self._wake_w.send(b"m")
 
     def remove_member(self, pid: ProcessId) -> None:
         with self._cond:
-            self._core.remove_member(pid)
+            self._endpoint.remove_member(pid)
 
     def statistics(self) -> TransportStatistics:
         with self._cond:
-            return self._core.statistics()
+            return epto_statistics(self._endpoint, self._loop)
 
     @property
     def pid(self) -> ProcessId:
@@ -227,14 +223,14 @@ class ZmqNode:
         poller.register(pull, zmq.POLLIN)
         wake_fd = self._wake_r.fileno()
         poller.register(wake_fd, zmq.POLLIN)
-        core = self._core
+        loop = self._loop
         try:
             while True:
                 with self._cond:
                     if self._state == "closed":
                         return
-                    wait = core.timer() - self._now()
-                # After leaving, the core has no timer: wait for arrivals or close().
+                    wait = loop.deadline() - self._now()
+                # After leaving, the endpoint has no timer: wait for arrivals or close().
                 timeout_ms = max(0, math.ceil(wait * 1000)) if math.isfinite(wait) else None
                 ready = dict(poller.poll(timeout_ms))
                 if wake_fd in ready:
@@ -248,16 +244,14 @@ class ZmqNode:
                     if self._members_changed:
                         self._members_changed = False
                         self._connect_members()
-                    core.handle_timer(self._now())
-                    if self._state == "closing" and core.flushed():
-                        core.leave(self._now())
+                    out = loop.turn(self._now())
+                    if self._state == "closing" and self._endpoint.flushed():
+                        self._endpoint.leave(self._now())
+                        out += self._endpoint.datagrams_to_send(self._now())
                         self._state = "left"
-                    for out in core.outgoing():
-                        for frame in core.encode(out.message, to=out.dest):
-                            self._send(out.address, frame)
-                    core.pump()
+                    self._send(out)
                     self._cond.notify_all()  # readers, and close() waiting for "left"
-                    if core.buffer.overflowed:
+                    if loop.stopped() is not None:
                         self._state = "closed"
                         return
         except BaseException as err:  # surfaced to readers, never swallowed
@@ -282,10 +276,10 @@ class ZmqNode:
             except zmq.Again:
                 break
         with self._cond:
-            core = self._core
+            arrived = self._loop.arrived
             now = self._now()
             for data in arrivals:
-                core.receive_datagram(data, now)
+                arrived(data, now)
 
     def _connect(self, address: Address) -> zmq.Socket[Any]:
         sock = self._push.get(address)
@@ -305,21 +299,22 @@ class ZmqNode:
         """Open links to every known member ahead of the first ball: the TCP
         and ZeroMQ handshakes then overlap the first rounds instead of
         delaying the first events by a round trip or more."""
-        for address in list(self._core.addresses.values()):
+        for address in self._endpoint.addresses():
             if address not in self._push:
                 with contextlib.suppress(LocalProtocolError, zmq.ZMQError):
                     self._connect(address)
 
-    def _send(self, address: Address, frame: bytes) -> None:
-        core = self._core
-        try:
-            sock = self._connect(address)
-        except (LocalProtocolError, zmq.ZMQError):
-            # An address a peer advertised (Cyclon) that is not host:port.
-            core.send_failures += 1
-            return
-        try:
-            sock.send(frame, zmq.NOBLOCK)
-            core.datagrams_sent += 1
-        except zmq.Again:
-            core.send_failures += 1
+    def _send(self, out: list[Transmit]) -> None:
+        loop = self._loop
+        for transmit in out:
+            try:
+                sock = self._connect(transmit.address)
+            except (LocalProtocolError, zmq.ZMQError):
+                # An address a peer advertised (Cyclon) that is not host:port.
+                loop.send_failures += 1
+                continue
+            try:
+                sock.send(transmit.data, zmq.NOBLOCK)
+                loop.datagrams_sent += 1
+            except zmq.Again:
+                loop.send_failures += 1

@@ -9,7 +9,7 @@ import time
 
 import pytest
 import trio
-from epto.transports._common import DeliveryOverflowError, NodeConfig
+from epto.transports import DeliveryOverflowError, NodeConfig
 from epto.transports.memory import MemoryHub, MemoryNode
 from epto.transports.zmq_node import ZmqNode
 

@@ -27,11 +27,11 @@ import time
 
 import attrs
 import pytest
-from epto.transports._addresses import AddressBook, with_addresses
 from epto.transports._tcp_framing import pack_frames
 
 import epto
 from epto.check import check
+from epto.endpoint._addresses import AddressBook, with_addresses
 from epto.tokenring import TokenState, token_ring_registry
 from epto.tokenring._messages import Token
 

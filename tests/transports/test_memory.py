@@ -1,4 +1,4 @@
-"""The conformance suite over the in-memory hub, with and without a codec."""
+"""The conformance suite over the in-memory hub (frames as bytes, as on a socket)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,10 @@ from .conformance import SCENARIOS, Group, Transport, trio_group
 
 
 class MemoryTransport(Transport):
-    def __init__(self, *, with_codec: bool) -> None:
-        self.name = "memory+codec" if with_codec else "memory"
-        self.with_codec = with_codec
+    name = "memory"
 
     def group(self) -> contextlib.AbstractAsyncContextManager[Group]:
-        hub = MemoryHub(encode=self.with_codec)
+        hub = MemoryHub()
 
         async def garbage(node: Any, datagrams: list[bytes]) -> None:
             for data in datagrams:
@@ -28,9 +26,6 @@ class MemoryTransport(Transport):
 
 
 @pytest.mark.trio
-@pytest.mark.parametrize("with_codec", [False, True], ids=["by-reference", "codec"])
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
-async def test_memory_conformance(
-    scenario: Callable[[Transport], Awaitable[None]], with_codec: bool
-) -> None:
-    await scenario(MemoryTransport(with_codec=with_codec))
+async def test_memory_conformance(scenario: Callable[[Transport], Awaitable[None]]) -> None:
+    await scenario(MemoryTransport())

@@ -43,7 +43,7 @@ def links_for(
     def spawn(fn: Callable[..., Awaitable[None]], *args: Any) -> None:
         nursery.start_soon(fn, *args)
 
-    return PeerLinks(config, {2: address}, counts, lambda dest: [b"hello"], spawn)
+    return PeerLinks(config, {2: address}.get, counts, lambda dest: [b"hello"], spawn)
 
 
 @pytest.mark.trio

@@ -332,10 +332,9 @@ async def test_joiners_known_to_different_contacts_learn_each_other() -> None:
 async def test_address_books_fill_gaps_and_senders_speak_for_themselves() -> None:
     import struct
 
-    from epto.transports._addresses import AddressBook, with_addresses
-    from epto.transports._common import parse_host_port
-
     from epto import FrameCodec
+    from epto.endpoint import parse_host_port
+    from epto.endpoint._addresses import AddressBook, with_addresses
     from epto.tokenring import token_ring_registry
 
     codec = FrameCodec(group=9, registry=with_addresses(token_ring_registry()))
@@ -368,12 +367,12 @@ async def test_address_books_fill_gaps_and_senders_speak_for_themselves() -> Non
 
 
 def test_address_book_frames_round_trip_and_garbage_is_a_protocol_error() -> None:
-    from epto.transports._addresses import ADDRESSES_CODE, AddressBook, with_addresses
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
     from epto import FrameCodec, RemoteProtocolError
     from epto._frames import pack_header
+    from epto.endpoint._addresses import ADDRESSES_CODE, AddressBook, with_addresses
     from epto.tokenring import token_ring_registry
 
     codec = FrameCodec(group=3, registry=with_addresses(token_ring_registry()))
@@ -398,7 +397,7 @@ def test_directory_tells_the_members_whenever_it_can_reach_more_of_them() -> Non
     """Joiners 4 and 5 admitted together, known to members 1 and 2 only: each
     contact passes its book on when it learns a new member's address, so the
     two joiners end up knowing each other although neither contact knew both."""
-    from epto.transports._addresses import AddressBook, Directory
+    from epto.endpoint._addresses import AddressBook, Directory
 
     def book(**entries: str) -> dict[int, str]:
         return {int(k[1:]): v for k, v in entries.items()}

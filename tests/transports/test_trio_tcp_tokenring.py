@@ -121,7 +121,7 @@ async def test_a_crashed_member_does_not_stop_the_others() -> None:
 async def test_hostile_streams_are_counted_and_dropped() -> None:
     import struct
 
-    from epto.transports._common import parse_host_port
+    from epto.endpoint import parse_host_port
 
     seqs: dict[int, list[tuple[int, int]]] = {pid: [] for pid in PIDS}
     with trio.fail_after(20):
@@ -158,9 +158,8 @@ async def test_hostile_streams_are_counted_and_dropped() -> None:
 
 
 def test_a_catchup_too_big_for_one_frame_is_split_in_order() -> None:
-    from epto.transports.trio_tcp import encode_split
-
     from epto import Event, FrameCodec, Limits
+    from epto.endpoint import split_encode as encode_split
     from epto.tokenring import token_ring_registry
     from epto.tokenring._messages import Catchup
 
@@ -178,9 +177,8 @@ def test_a_catchup_too_big_for_one_frame_is_split_in_order() -> None:
 
 
 def test_a_batch_of_broadcasts_or_a_notice_too_big_for_one_frame_is_split_in_order() -> None:
-    from epto.transports.trio_tcp import encode_split
-
     from epto import Event, FrameCodec, Limits
+    from epto.endpoint import split_encode as encode_split
     from epto.tokenring import token_ring_registry
     from epto.tokenring._messages import DataBatch, Order, TokenState
 

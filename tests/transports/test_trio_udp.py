@@ -8,8 +8,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from epto.transports._common import parse_host_port
 from epto.transports.trio_udp import TrioNode
+
+from epto.endpoint import parse_host_port
 
 from .conformance import SCENARIOS, Group, Transport, trio_group
 

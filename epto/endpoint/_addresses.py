@@ -1,7 +1,7 @@
-"""Where token-ring members listen: the address book frame of the TCP driver.
+"""Where token-ring members listen: the address book frame and the directory.
 
-The sans-IO token ring names members by process id only; the TCP driver
-(:mod:`.trio_tcp`) maps ids to ``"host:port"``. A node learns addresses from
+The sans-IO token ring names members by process id only; its endpoint
+(:class:`epto.endpoint.TokenRingEndpoint`) maps ids to ``"host:port"``. A node learns addresses from
 one frame kind of its own, ``tcp-addresses`` (code 32), a list of
 ``(pid, address)`` pairs:
 
@@ -27,17 +27,11 @@ from collections.abc import Callable, Iterable
 
 import attrs
 
-from epto import (
-    FrameKind,
-    FrameRegistry,
-    Limits,
-    LocalProtocolError,
-    ProcessId,
-    Reader,
-    RemoteProtocolError,
-)
-
-from ._common import parse_host_port
+from .._errors import LocalProtocolError, RemoteProtocolError
+from .._event import ProcessId
+from .._frames import FrameKind, FrameRegistry, Reader
+from .._limits import Limits
+from ._config import parse_host_port
 
 ADDRESSES_CODE = 32
 """Frame kind of the address book (16..31 are the token ring's own kinds)."""

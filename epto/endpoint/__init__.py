@@ -1,0 +1,56 @@
+"""Endpoints: every ordering engine behind one sans-IO protocol that speaks bytes.
+
+An endpoint owns an engine (EpTO with its peer sampler, or the token ring),
+its frame codec and sealer, the members' addresses and every protocol
+decision around them (payload limits, frames bound to their receiver, hole
+accounting, flushing, address frames). A driver feeds it bytes and ``now``,
+sends the frames it hands out, and moves its deliveries to the application;
+it runs one loop, written once (``epto.transports``), for every engine::
+
+    endpoint = EptoEndpoint(NodeConfig(pid=1, members=members), now=time.time())
+    endpoint.broadcast(b"hello", now)
+    endpoint.receive(datagram, now)
+    for transmit in endpoint.datagrams_to_send(now):
+        sock.sendto(transmit.data, parse_host_port(transmit.address))
+    while (delivery := endpoint.next_delivery()) is not None:
+        ...
+    sleep_until(endpoint.get_timer()); endpoint.handle_timer(now)
+
+See docs/architecture.md.
+"""
+
+from ._addresses import AddressBook as AddressBook
+from ._addresses import join_host_port as join_host_port
+from ._config import Address as Address
+from ._config import Mode as Mode
+from ._config import NodeConfig as NodeConfig
+from ._config import OverflowPolicy as OverflowPolicy
+from ._config import parse_host_port as parse_host_port
+from ._epto import EptoEndpoint as EptoEndpoint
+from ._epto import EptoEndpointStatistics as EptoEndpointStatistics
+from ._protocol import Endpoint as Endpoint
+from ._protocol import EndpointStatistics as EndpointStatistics
+from ._protocol import Transmit as Transmit
+from ._tokenring import OPENER_MAX as OPENER_MAX
+from ._tokenring import TokenRingEndpoint as TokenRingEndpoint
+from ._tokenring import TokenRingEndpointStatistics as TokenRingEndpointStatistics
+from ._tokenring import split_encode as split_encode
+
+__all__ = [
+    "OPENER_MAX",
+    "Address",
+    "AddressBook",
+    "Endpoint",
+    "EndpointStatistics",
+    "EptoEndpoint",
+    "EptoEndpointStatistics",
+    "Mode",
+    "NodeConfig",
+    "OverflowPolicy",
+    "TokenRingEndpoint",
+    "TokenRingEndpointStatistics",
+    "Transmit",
+    "join_host_port",
+    "parse_host_port",
+    "split_encode",
+]

@@ -1,0 +1,276 @@
+"""The EpTO endpoint: one :class:`epto.Node` (process and peer sampler), its
+frame codec and sealer, the members' addresses, and the protocol decisions
+every driver used to make around them.
+
+Rules:
+
+* a broadcast larger than ``limits.max_payload_size`` is refused before the
+  process sees it (it could never be framed for the others);
+* every frame is encoded for its receiver (``to=dest``): sealed frames are
+  bound to it, and the codec (built with ``me=pid``) refuses frames bound to
+  another receiver. Without a sealer a frame does not depend on its receiver,
+  so a ball sent to K peers is encoded once;
+* a signed group signs this node's events as the process creates them and
+  verifies every decoded ball (the codec's ``ball_filter``) before ordering;
+* holes: a delivery whose sequence number skips some of its source's is
+  counted (``holes_detected``): events this node will never deliver in order;
+* flushed: this node's last event has been relayed TTL rounds, so leaving
+  loses nothing of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import Mapping
+
+import attrs
+
+from .._cyclon import CyclonConfig
+from .._errors import LocalProtocolError, RemoteProtocolError
+from .._event import Delivery, EventId, ProcessId
+from .._node import Node
+from .._peer_messages import PeerDescriptor
+from .._signing import EventSigner, SignatureVerifier
+from ._config import Address, NodeConfig
+from ._protocol import Transmit
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class EptoEndpointStatistics:
+    """The counters of an EpTO endpoint."""
+
+    rounds: int
+    broadcasts: int
+    delivered: int
+    delivered_out_of_order: int
+    holes_detected: int
+    """Sequence numbers skipped in some source's delivered events."""
+    late_rejected: int
+    """Copies that arrived after the order had passed them."""
+    balls_received: int
+    balls_sent: int
+    rejected: Mapping[str, int]
+    """Input refused, by fault (``"truncated"``, ``"bad-magic"``, ...)."""
+    pending: int
+    """Events received and not yet delivered."""
+    members: int
+    """Members known: the full view (this node included), or the Cyclon view plus one."""
+    encode_failures: int
+    unaddressed: int
+    """Messages for a process whose address this node does not know."""
+
+
+class EptoEndpoint:
+    """EpTO behind the endpoint protocol (:class:`epto.endpoint.Endpoint`).
+
+    ``rng`` seeds what the configuration leaves unseeded (the process's
+    peer choices when ``config.seed`` is None, the sealer's nonce prefix);
+    ``now`` is in seconds of the wall clock, which starts the sealer's nonce
+    counter above anything an earlier run of this process used.
+    """
+
+    def __init__(self, config: NodeConfig, now: float, rng: random.Random | None = None) -> None:
+        self.config = config
+        self.protocol = config.protocol_config()
+        system = rng if rng is not None else random.Random(random.SystemRandom().getrandbits(64))
+        seed = config.seed if config.seed is not None else system.getrandbits(64)
+        signer = (
+            EventSigner(config.pid, config.signing_key).signature
+            if config.signing_key is not None
+            else None
+        )
+        self._verifier = SignatureVerifier(config.roster) if config.roster is not None else None
+        self._codec = config.codec(now, system, ball_filter=self._verifier)
+        self._shared_frames = self._codec.sealer is None
+        self._addresses: dict[ProcessId, Address] = dict(config.members)
+        self._addresses.pop(config.pid, None)
+        advertise = (config.advertise or config.bind).encode()
+        if isinstance(config.sampler, CyclonConfig):
+            seeds = [
+                PeerDescriptor(pid=pid, address=address.encode(), age=0)
+                for pid, address in self._addresses.items()
+            ]
+            self._node = Node(
+                config.pid,
+                self.protocol,
+                rng=random.Random(seed),
+                now=now,
+                sampler=config.sampler,
+                seeds=seeds,
+                address=advertise,
+                signer=signer,
+            )
+        else:
+            self._node = Node(
+                config.pid,
+                self.protocol,
+                rng=random.Random(seed),
+                now=now,
+                members=[config.pid, *self._addresses],
+                address=advertise,
+                signer=signer,
+            )
+        self._rejected: dict[str, int] = {}
+        self._encode_failures = 0
+        self._unaddressed = 0
+        self._holes = 0
+        self._last_seq: dict[ProcessId, int] = {}
+        self._last_broadcast_round = -1
+
+    @property
+    def pid(self) -> ProcessId:
+        return self.config.pid
+
+    @property
+    def stopped(self) -> str | None:
+        return None  # an EpTO node is never put out of the group
+
+    # -- membership (full view) ---------------------------------------------
+
+    def add_member(self, pid: ProcessId, address: Address) -> None:
+        """Add a member to a full view (Cyclon learns members by itself)."""
+        if pid == self.config.pid:
+            return
+        self._addresses[pid] = address
+        if self._node.full_view is not None:
+            self._node.full_view.membership.add(pid)
+
+    def remove_member(self, pid: ProcessId) -> None:
+        self._addresses.pop(pid, None)
+        if self._node.full_view is not None:
+            self._node.full_view.membership.discard(pid)
+
+    def addresses(self) -> list[Address]:
+        """The addresses of the members this node was given or told of (a
+        driver may open links to them ahead of the first ball)."""
+        return list(self._addresses.values())
+
+    # -- inputs -------------------------------------------------------------
+
+    def broadcast(self, payload: bytes, now: float) -> EventId:
+        limit = self.config.limits.max_payload_size
+        if len(payload) > limit:
+            raise LocalProtocolError(
+                f"payload of {len(payload)} bytes exceeds limits.max_payload_size={limit}"
+            )
+        eid = self._node.broadcast(payload, now)  # raises to the caller, changes nothing
+        self._last_broadcast_round = self._node.process.statistics().rounds
+        return eid
+
+    def receive(self, data: bytes, now: float, *, peer_host: str | None = None) -> bool:
+        try:
+            frame = self._codec.decode(data, now)  # balls verified by the codec's filter
+        except RemoteProtocolError as err:
+            self.reject(err.fault)
+            return False
+        # The node counts what it refuses (statistics merge its counters).
+        with contextlib.suppress(RemoteProtocolError):
+            self._node.receive(frame.sender, frame.message, now)
+        return True
+
+    def reject(self, fault: str) -> None:
+        self._rejected[fault] = self._rejected.get(fault, 0) + 1
+
+    def handle_timer(self, now: float) -> None:
+        self._node.handle_timer(now)
+
+    def leave(self, now: float) -> None:
+        self._node.leave(now)
+
+    # -- outputs ------------------------------------------------------------
+
+    def get_timer(self) -> float:
+        return self._node.get_timer()
+
+    def address_of(self, pid: ProcessId) -> Address | None:
+        address = self._addresses.get(pid)
+        if address is None:
+            raw = self._node.address_of(pid)
+            if raw is not None:
+                try:
+                    address = raw.decode()
+                except UnicodeDecodeError:
+                    return None
+        return address
+
+    def datagrams_to_send(self, now: float) -> list[Transmit]:
+        out: list[Transmit] = []
+        me = self.config.pid
+        encode = self._codec.encode
+        shared: dict[int, list[bytes]] | None = {} if self._shared_frames else None
+        for dest, message in self._node.messages_to_send():
+            address = self.address_of(dest)
+            if address is None:
+                self._unaddressed += 1
+                continue
+            frames = shared.get(id(message)) if shared is not None else None
+            if frames is None:
+                try:
+                    frames = encode(me, message, to=dest)
+                except LocalProtocolError:
+                    self._encode_failures += 1
+                    continue
+                if shared is not None:
+                    shared[id(message)] = frames
+            for data in frames:
+                out.append(Transmit(dest, address, data))
+        return out
+
+    def output_pending(self) -> bool:
+        # EpTO sends and delivers in rounds only (Algorithm 1: receive fills
+        # the next ball); Cyclon's replies leave with the round too.
+        return False
+
+    def opening(self, dest: ProcessId) -> list[bytes]:
+        return []  # datagrams need no opening; every frame names its sender
+
+    def gone(self) -> list[ProcessId]:
+        return []
+
+    def next_delivery(self) -> Delivery | None:
+        delivery = self._node.next_delivery()
+        if delivery is not None:
+            event = delivery.event
+            previous = self._last_seq.get(event.source)
+            if previous is not None and event.seq > previous + 1:
+                self._holes += event.seq - previous - 1
+            if previous is None or event.seq > previous:
+                self._last_seq[event.source] = event.seq
+        return delivery
+
+    def flushed(self) -> bool:
+        if self._last_broadcast_round < 0:
+            return True
+        rounds = self._node.process.statistics().rounds
+        return rounds > self._last_broadcast_round + self.protocol.ttl
+
+    def statistics(self) -> EptoEndpointStatistics:
+        node = self._node
+        s = node.process.statistics()
+        rejected = dict(self._rejected)
+        node_stats = node.statistics()
+        sampler_rejected = node_stats.sampler.rejected if node_stats.sampler else {}
+        verifier_rejected = self._verifier.rejected if self._verifier is not None else {}
+        for counts in (node_stats.rejected, sampler_rejected, s.rejected, verifier_rejected):
+            for fault, count in counts.items():
+                rejected[fault] = rejected.get(fault, 0) + count
+        if node.full_view is not None:
+            members = len(node.full_view.membership)
+        else:
+            members = node_stats.sampler.view_size + 1 if node_stats.sampler else 1
+        return EptoEndpointStatistics(
+            rounds=s.rounds,
+            broadcasts=s.broadcasts,
+            delivered=s.delivered,
+            delivered_out_of_order=s.delivered_out_of_order,
+            holes_detected=self._holes,
+            late_rejected=s.rejected_stale,
+            balls_received=s.balls_received,
+            balls_sent=s.balls_sent,
+            rejected=rejected,
+            pending=s.pending,
+            members=members,
+            encode_failures=self._encode_failures,
+            unaddressed=self._unaddressed,
+        )

@@ -1,0 +1,123 @@
+"""The endpoint protocol: one engine, its codec and sealer, speaking bytes.
+
+Every ordering engine (EpTO with its peer sampler, the token ring, and any
+later one) is wrapped in an endpoint with this surface, in the shape of
+aioquic's ``QuicConnection``: every entry point takes ``now``; what the
+endpoint wants done comes out as values the driver pulls. The driver loop
+(``epto.transports``) is written once against this protocol and branches on
+nothing engine-specific.
+
+Rules every endpoint keeps:
+
+* bytes from the network are hostile: :meth:`Endpoint.receive` never raises
+  for them; it counts what it refuses (``statistics().rejected``) and says
+  whether the frame was accepted;
+* every frame it hands out is bound to its receiver (``Transmit.dest``) and
+  fits the configured limits; a message that cannot be framed is counted
+  (``encode_failures``), never raised;
+* :meth:`Endpoint.statistics` changes nothing;
+* the application's misuse (a payload above ``limits.max_payload_size``, a
+  broadcast after leaving) raises :class:`epto.LocalProtocolError` and
+  changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NamedTuple, Protocol
+
+from .._event import Delivery, EventId, ProcessId
+
+
+class Transmit(NamedTuple):
+    """One frame to send: to process ``dest``, reached at ``address``."""
+
+    dest: ProcessId
+    address: str
+    data: bytes
+
+
+class EndpointStatistics(Protocol):
+    """The counters every endpoint's statistics have."""
+
+    @property
+    def broadcasts(self) -> int: ...
+
+    @property
+    def delivered(self) -> int: ...
+
+    @property
+    def rejected(self) -> Mapping[str, int]: ...
+
+    @property
+    def encode_failures(self) -> int: ...
+
+
+class Endpoint(Protocol):
+    """What a driver runs: bytes in, bytes out, deliveries, one timer."""
+
+    @property
+    def pid(self) -> ProcessId: ...
+
+    @property
+    def stopped(self) -> str | None:
+        """Why the endpoint stopped for good (it takes no more input, the
+        driver closes the node), or None while it runs."""
+        ...
+
+    def broadcast(self, payload: bytes, now: float) -> EventId:
+        """Broadcast ``payload`` to the group; returns its event id."""
+        ...
+
+    def receive(self, data: bytes, now: float, *, peer_host: str | None = None) -> bool:
+        """Feed one datagram or stream frame; True when it was accepted.
+        ``peer_host`` is the host the bytes came from, where the transport
+        knows it (a stream's remote address)."""
+        ...
+
+    def reject(self, fault: str) -> None:
+        """Count input the driver refused before it reached the endpoint
+        (a socket error, an item that is not bytes)."""
+        ...
+
+    def datagrams_to_send(self, now: float) -> list[Transmit]:
+        """Every frame the endpoint wants sent now; drains."""
+        ...
+
+    def output_pending(self) -> bool:
+        """True when inputs since the last :meth:`datagrams_to_send` may have
+        produced frames or deliveries to take before :meth:`get_timer` (the
+        driver then takes them soon); False when output only comes from
+        :meth:`handle_timer`."""
+        ...
+
+    def opening(self, dest: ProcessId) -> list[bytes]:
+        """The frames a new stream to ``dest`` starts with (stream
+        transports send them before anything else on that stream)."""
+        ...
+
+    def gone(self) -> list[ProcessId]:
+        """Processes this endpoint will not send to again (they left the
+        group's view) since the last call: their links can be let go."""
+        ...
+
+    def next_delivery(self) -> Delivery | None:
+        """The next delivery in the group's order, or None."""
+        ...
+
+    def get_timer(self) -> float:
+        """When :meth:`handle_timer` is next due (``inf``: never)."""
+        ...
+
+    def handle_timer(self, now: float) -> None: ...
+
+    def flushed(self) -> bool:
+        """True once this endpoint's own broadcasts need it no more: a node
+        may leave without losing them."""
+        ...
+
+    def leave(self, now: float) -> None:
+        """Leave the group (tell the peer sampler's view); later inputs are ignored."""
+        ...
+
+    def statistics(self) -> EndpointStatistics: ...

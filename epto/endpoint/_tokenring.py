@@ -1,0 +1,339 @@
+"""The token-ring endpoint: one :class:`epto.tokenring.TokenRingProcess`, its
+frame codec and sealer, and the members' addresses.
+
+The token ring assumes reliable FIFO links (a stream transport: TCP). Rules:
+
+* a broadcast larger than ``limits.max_payload_size`` is refused before the
+  process sequences it (nobody else could receive it);
+* every frame is encoded for its receiver; a catch-up, a batch of broadcasts
+  or an order notice too big for one frame is split in halves, in order, so
+  that receiving the parts one after the other is receiving the whole
+  (:func:`split_encode`); without a sealer a message sent to several
+  members is encoded once;
+* addresses travel in frames of their own (:mod:`._addresses`): every new
+  stream opens with this member's own address, small enough for a
+  receiver's first-frame limit, then the addresses it knows
+  (:meth:`TokenRingEndpoint.opening`); an installed view with members it can
+  newly reach makes it send its book to every member;
+* a member that left the view is reported by :meth:`gone` once, so that
+  the driver lets its link go; an excluded process stops the endpoint
+  (:attr:`stopped` is the reason);
+* a signed group admits its roster only as joiners (unless
+  ``TokenRingConfig.allowed_joiners`` says otherwise);
+* flushed: every broadcast of this member was delivered here, so the group
+  has sequenced it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from .._codec import FrameCodec
+from .._errors import LocalProtocolError
+from .._event import Delivery, EventId, ProcessId
+from .._limits import Limits
+from .._seal import GroupKey, GroupSealer
+from .._signing import EventSigner, SignatureVerifier
+from ..tokenring import TokenRingConfig, TokenRingProcess, TokenRingStatistics, token_ring_registry
+from ..tokenring._messages import Catchup, DataBatch, Order
+from ._addresses import AddressBook, Directory, with_addresses
+from ._config import Address, parse_host_port
+from ._protocol import Transmit
+
+OPENER_MAX = 318
+"""Largest opening frame of a stream: an address frame with one entry of at
+most 255 address bytes, sealed and bound to its receiver."""
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class TokenRingEndpointStatistics:
+    """The process's counters and the endpoint's."""
+
+    process: TokenRingStatistics
+    broadcasts: int
+    delivered: int
+    rejected: Mapping[str, int]
+    encode_failures: int
+    holds_token: bool
+
+
+class TokenRingEndpoint:
+    """The token ring behind the endpoint protocol (:class:`epto.endpoint.Endpoint`).
+
+    Bootstrap members all pass the same ``members`` (pid to ``"host:port"``,
+    this member included); a new identity passes ``contacts`` instead (some
+    current members) and learns the others' addresses from them. ``now`` is
+    the process's clock; ``wall`` is wall-clock seconds, which start the
+    sealer's nonce counter above anything an earlier run used.
+    """
+
+    def __init__(
+        self,
+        pid: ProcessId,
+        ring: TokenRingConfig,
+        *,
+        now: float,
+        wall: float,
+        members: Mapping[ProcessId, Address] | None = None,
+        contacts: Mapping[ProcessId, Address] | None = None,
+        group: int = 0,
+        group_key: GroupKey | None = None,
+        limits: Limits,
+        signing_key: bytes | None = None,
+        roster: Mapping[ProcessId, bytes] | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self._pid = pid
+        self.limits = limits
+        rng = random.Random(seed)
+        sealer = None
+        if group_key is not None:
+            sealer = GroupSealer(group_key, counter_start=int(wall * 1e6), rng=rng)
+        self._codec = FrameCodec(
+            group=group,
+            limits=limits,
+            registry=with_addresses(token_ring_registry()),
+            sealer=sealer,
+            me=pid,
+        )
+        members = dict(members or {})
+        contacts = dict(contacts or {})
+        self._directory = Directory(pid, {**members, **contacts})
+        if roster is not None and ring.allowed_joiners is None:
+            ring = attrs.evolve(ring, allowed_joiners=frozenset(roster))
+        hooks: dict[str, Any] = {}
+        if signing_key is not None:
+            hooks["signer"] = EventSigner(pid, signing_key).signature
+        if roster is not None:
+            hooks["verifier"] = SignatureVerifier(roster).check
+        if contacts:
+            self._process = TokenRingProcess(
+                pid, ring, rng=rng, now=now, contacts=sorted(contacts), **hooks
+            )
+        else:
+            self._process = TokenRingProcess(
+                pid, ring, rng=rng, now=now, members=sorted(set(members) | {pid}), **hooks
+            )
+        self._own_pending: set[EventId] = set()
+        self._encode_failures = 0
+        self._view = -1
+        self._view_members: frozenset[ProcessId] = frozenset()
+        self._gone: list[ProcessId] = []
+
+    # -- identity and addresses -----------------------------------------------
+
+    @property
+    def pid(self) -> ProcessId:
+        return self._pid
+
+    @property
+    def process(self) -> TokenRingProcess:
+        """The sans-IO token-ring process inside (for inspection)."""
+        return self._process
+
+    @property
+    def stopped(self) -> str | None:
+        if self._process.excluded:
+            return self._process.exclusion or "excluded"
+        return None
+
+    def set_advertised(self, address: Address) -> None:
+        """This member's own address, as its books announce it."""
+        self._directory.advertised = address
+
+    def set_address(self, pid: ProcessId, address: Address) -> None:
+        """Where ``pid`` is reached from now on."""
+        parse_host_port(address)
+        self._directory.set(pid, address)
+
+    def address_of(self, pid: ProcessId) -> Address | None:
+        return self._directory.addresses.get(pid)
+
+    def addresses(self) -> dict[ProcessId, Address]:
+        """Where this member reaches each process it knows of."""
+        return dict(self._directory.addresses)
+
+    # -- inputs -------------------------------------------------------------
+
+    def broadcast(self, payload: bytes, now: float) -> EventId:
+        limit = self.limits.max_payload_size
+        if len(payload) > limit:
+            raise LocalProtocolError(
+                f"payload of {len(payload)} bytes exceeds limits.max_payload_size={limit}"
+            )
+        eid = self._process.broadcast(payload, now)
+        self._own_pending.add(eid)
+        return eid
+
+    def receive(self, data: bytes, now: float, *, peer_host: str | None = None) -> bool:
+        frame = self._codec.receive(data, now)  # counts what it refuses
+        if frame is None:
+            return False
+        message = frame.message
+        if type(message) is AddressBook:
+            self._directory.learn(frame.sender, message, lambda: peer_host or "")
+        else:
+            self._process.receive(frame.sender, message, now)
+        return True
+
+    def reject(self, fault: str) -> None:
+        self._codec.rejected[fault] += 1
+
+    def handle_timer(self, now: float) -> None:
+        self._process.handle_timer(now)
+
+    def leave(self, now: float) -> None:
+        pass  # a member that goes is excluded by the others' view change
+
+    # -- outputs ------------------------------------------------------------
+
+    def get_timer(self) -> float:
+        return self._process.get_timer()
+
+    def datagrams_to_send(self, now: float) -> list[Transmit]:
+        out: list[Transmit] = []
+        me = self._pid
+        codec = self._codec
+        addresses = self._directory.addresses
+        # Without a sealer a frame does not depend on its receiver: a message
+        # sent to every member is encoded once.
+        shared = codec.sealer is None
+        encoded: dict[int, list[bytes]] = {}
+        for dest, message in self._process.messages_to_send():
+            if dest == me:
+                continue
+            frames = encoded.get(id(message)) if shared else None
+            if frames is None:
+                try:
+                    frames = split_encode(codec, me, message, to=dest)
+                except LocalProtocolError:
+                    self._encode_failures += 1
+                    continue
+                if shared:
+                    encoded[id(message)] = frames
+            address = addresses.get(dest, "")
+            for data in frames:
+                out.append(Transmit(dest, address, data))
+        self._watch_view(out)
+        return out
+
+    def output_pending(self) -> bool:
+        return True  # the token ring answers every input at once
+
+    def _watch_view(self, out: list[Transmit]) -> None:
+        """Send this member's book when it can reach new members of the view;
+        note the members that left it."""
+        config = self._process.config
+        for dest in self._directory.to_tell(config.instance, config.members):
+            address = self._directory.addresses.get(dest, "")
+            for data in self._book(dest):
+                out.append(Transmit(dest, address, data))
+        if config.view != self._view:
+            members = frozenset(config.members)
+            self._gone.extend(sorted(self._view_members - members))
+            self._view, self._view_members = config.view, members
+
+    def _book(self, dest: ProcessId) -> list[bytes]:
+        book = self._directory.book_for(dest, self._process.config.members)
+        return self._encode(book, dest)
+
+    def _encode(self, message: AddressBook, dest: ProcessId) -> list[bytes]:
+        try:
+            return self._codec.encode(self._pid, message, to=dest)
+        except LocalProtocolError:
+            self._encode_failures += 1
+            return []
+
+    def opening(self, dest: ProcessId) -> list[bytes]:
+        """First a small address frame with this member's own entry only (at
+        most :data:`OPENER_MAX` bytes, an empty book if that entry cannot be
+        encoded), which ``dest`` accepts within its first-frame limit; then
+        the addresses of the other members."""
+        entries = self._directory.book_for(dest, self._process.config.members).entries
+        opener = self._encode(AddressBook(entries=entries[:1]), dest)
+        if not opener:
+            opener = self._codec.encode(self._pid, AddressBook(entries=()), to=dest)
+        if len(entries) < 2:
+            return opener
+        return opener + self._encode(AddressBook(entries=entries[1:]), dest)
+
+    def gone(self) -> list[ProcessId]:
+        gone, self._gone = self._gone, []
+        return gone
+
+    def next_delivery(self) -> Delivery | None:
+        delivery = self._process.next_delivery()
+        if delivery is not None and delivery.event.source == self._pid:
+            self._own_pending.discard(delivery.event.id)
+        return delivery
+
+    def flushed(self) -> bool:
+        return not self._own_pending
+
+    def holds_token(self) -> bool:
+        return self._process.holds_token()
+
+    def statistics(self) -> TokenRingEndpointStatistics:
+        s = self._process.statistics()
+        rejected = dict(self._codec.rejected)
+        if self._directory.rejected:
+            rejected["bad-address"] = rejected.get("bad-address", 0) + self._directory.rejected
+        for reason, count in self._process.rejected.items():
+            rejected[reason] = rejected.get(reason, 0) + count
+        return TokenRingEndpointStatistics(
+            process=s,
+            broadcasts=s.broadcasts,
+            delivered=s.delivered,
+            rejected=rejected,
+            encode_failures=self._encode_failures,
+            holds_token=self._process.holds_token(),
+        )
+
+
+def split_encode(
+    codec: FrameCodec, sender: ProcessId, message: object, *, to: ProcessId | None
+) -> list[bytes]:
+    """The frames of ``message``; a catch-up, a batch of broadcasts or an order
+    notice too big for one frame is split in halves (in order; each part of a
+    catch-up keeps ``stable`` and ``oldest``, each part of a notice its state,
+    so receiving the parts one after the other is receiving the whole). Raises
+    :class:`LocalProtocolError` when a message still does not fit."""
+    try:
+        return codec.encode(sender, message, to=to)
+    except LocalProtocolError:
+        parts: tuple[object, object] | None = None
+        if isinstance(message, DataBatch) and len(message.events) >= 2:
+            half = len(message.events) // 2
+            parts = (
+                DataBatch(events=message.events[:half]),
+                DataBatch(events=message.events[half:]),
+            )
+        elif isinstance(message, Order) and len(message.assigned) >= 2:
+            # Each part carries the state: learning it twice is learning it once.
+            half = len(message.assigned) // 2
+            parts = (
+                attrs.evolve(message, assigned=message.assigned[:half]),
+                attrs.evolve(message, assigned=message.assigned[half:]),
+            )
+        if parts is not None:
+            return split_encode(codec, sender, parts[0], to=to) + split_encode(
+                codec, sender, parts[1], to=to
+            )
+        if not isinstance(message, Catchup):
+            raise
+        n, m = len(message.entries), len(message.events)
+        if n + m < 2:
+            raise
+        if n >= 2:
+            first = attrs.evolve(message, entries=message.entries[: n // 2], events=())
+            second = attrs.evolve(message, entries=message.entries[n // 2 :])
+        else:
+            first = attrs.evolve(message, events=message.events[: m // 2])
+            second = attrs.evolve(message, entries=(), events=message.events[m // 2 :])
+        return split_encode(codec, sender, first, to=to) + split_encode(
+            codec, sender, second, to=to
+        )

@@ -1,0 +1,128 @@
+"""The one driver loop, written once: what every driver does with an endpoint.
+
+Every driver (trio UDP, trio TCP, the in-process hub, ZeroMQ) owns sockets,
+a clock and tasks, and runs this loop over an :class:`epto.endpoint.Endpoint`:
+
+1. feed what arrived (:meth:`DriverLoop.arrived`);
+2. take a turn (:meth:`DriverLoop.turn`): run the endpoint's timer when it is
+   due, take what it wants sent, move its deliveries into the bounded
+   delivery buffer;
+3. send what the turn returned;
+4. sleep until the endpoint's next deadline (:meth:`DriverLoop.deadline`),
+   the next arrival, or the next broadcast, whichever comes first. An input
+   asks for an early turn only when the endpoint says it may have produced
+   output (:meth:`epto.endpoint.Endpoint.output_pending`).
+
+Nothing here does I/O or reads a clock; nothing here knows which engine runs.
+The shells that wait and move bytes are :mod:`._trio_loop` (trio) and the
+ZeroMQ node's poller thread.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from epto import Delivery, EventId, LocalProtocolError
+from epto.endpoint import Endpoint, OverflowPolicy, Transmit
+
+
+class DeliveryOverflowError(LocalProtocolError):
+    """The application fell behind the group by more than ``delivery_buffer``
+    deliveries under the ``"fail"`` policy. The node has stopped: a replica that
+    silently skipped deliveries would diverge from the group."""
+
+
+class DeliveryBuffer:
+    """The bounded queue between the endpoint and the application.
+
+    Drivers never block on it: the protocol goes on whatever the application
+    does. When it is full the policy applies.
+    """
+
+    __slots__ = ("_items", "capacity", "dropped", "overflowed", "policy")
+
+    def __init__(self, capacity: int, policy: OverflowPolicy) -> None:
+        if capacity < 1:
+            raise LocalProtocolError(f"delivery_buffer must be positive, got {capacity}")
+        if policy not in ("fail", "drop"):
+            raise LocalProtocolError(f"overflow must be 'fail' or 'drop', got {policy!r}")
+        self.capacity = capacity
+        self.policy = policy
+        self._items: deque[Delivery] = deque()
+        self.dropped = 0
+        self.overflowed = False
+
+    def put(self, delivery: Delivery) -> bool:
+        """Queue one delivery; False when the policy refused it."""
+        if len(self._items) >= self.capacity:
+            if self.policy == "drop":
+                self.dropped += 1
+                return False
+            self.overflowed = True
+            return False
+        self._items.append(delivery)
+        return True
+
+    def get(self) -> Delivery | None:
+        return self._items.popleft() if self._items else None
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class DriverLoop:
+    """One endpoint, its delivery buffer and the link counters every driver
+    reports. Drivers call :meth:`arrived`, :meth:`broadcast`, :meth:`turn`
+    and send what the turn returns; they count their own send failures in
+    :attr:`send_failures` and what they sent in :attr:`datagrams_sent`."""
+
+    def __init__(self, endpoint: Endpoint, buffer: DeliveryBuffer) -> None:
+        self.endpoint = endpoint
+        self.buffer = buffer
+        self.datagrams_received = 0
+        self.datagrams_sent = 0
+        self.send_failures = 0
+
+    def arrived(self, data: bytes, now: float, peer_host: str | None = None) -> bool:
+        """Feed one datagram or frame; True when the endpoint accepted it."""
+        self.datagrams_received += 1
+        return self.endpoint.receive(data, now, peer_host=peer_host)
+
+    def refused(self, fault: str) -> None:
+        """Count an arrival the driver could not even hand over."""
+        self.datagrams_received += 1
+        self.endpoint.reject(fault)
+
+    def broadcast(self, payload: bytes, now: float) -> EventId:
+        return self.endpoint.broadcast(payload, now)
+
+    def output_pending(self) -> bool:
+        """True when an input may have produced output to take before the
+        next deadline (the driver then takes a turn soon)."""
+        return self.endpoint.output_pending()
+
+    def deadline(self) -> float:
+        return self.endpoint.get_timer()
+
+    def turn(self, now: float) -> list[Transmit]:
+        """Run the timer if due, take the frames to send, and move the
+        deliveries into the buffer (stopping at an overflow)."""
+        endpoint = self.endpoint
+        if now >= endpoint.get_timer():
+            endpoint.handle_timer(now)
+        out = endpoint.datagrams_to_send(now)
+        buffer = self.buffer
+        next_delivery = endpoint.next_delivery
+        while not buffer.overflowed:
+            delivery = next_delivery()
+            if delivery is None:
+                break
+            buffer.put(delivery)
+        return out
+
+    def stopped(self) -> str | None:
+        """Why the node must stop now: the endpoint stopped, or the buffer
+        overflowed under the ``"fail"`` policy; None while it runs."""
+        if self.buffer.overflowed:
+            return "overflow"
+        return self.endpoint.stopped

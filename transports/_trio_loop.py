@@ -1,0 +1,221 @@
+"""The driver loop on trio, shared by every trio node (UDP, TCP, the in-process hub).
+
+A node is an async context manager that owns its tasks (a nursery, see
+:mod:`._tasks`): the link's receiving tasks feed arrivals into the
+:class:`~._loop.DriverLoop`; one task takes the loop's turns: when the
+endpoint's timer is due, or soon after an input the endpoint says produced
+output, it drains what can be read without waiting, takes a turn, and sends
+what the turn returned. Deliveries come out through an async iterator fed
+from the bounded buffer; no task ever waits for the application.
+
+A link subclass provides the endpoint (:meth:`TrioDriver._open_endpoint`),
+the clock (:meth:`TrioDriver._now` and its offset to ``trio.current_time()``),
+the sockets (:meth:`TrioDriver._open_link`, :meth:`TrioDriver._close_link`),
+its receiving tasks, and :meth:`TrioDriver._send`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Self
+
+import trio
+
+from epto import Delivery, EventId, LocalProtocolError, ProcessId
+from epto.endpoint import Endpoint, OverflowPolicy, Transmit
+
+from ._loop import DeliveryBuffer, DeliveryOverflowError, DriverLoop
+from ._tasks import TaskOwner
+
+
+class TrioDriver(TaskOwner):
+    """The shared body of every trio node."""
+
+    mode = ""
+    """The ordering engine this node runs."""
+
+    def __init__(
+        self, *, flush_timeout: float, delivery_buffer: int, overflow: OverflowPolicy
+    ) -> None:
+        super().__init__()
+        self._flush_timeout = flush_timeout
+        self._buffer = DeliveryBuffer(delivery_buffer, overflow)
+        self._loop: DriverLoop | None = None
+        self._offset = 0.0
+        """``now`` for the endpoint is ``trio.current_time() + _offset``."""
+        self._readers = trio.lowlevel.ParkingLot()
+        self._turned = trio.lowlevel.ParkingLot()
+        self._wake = trio.lowlevel.ParkingLot()
+        self._poked = False
+        self._armed = -math.inf
+        self._stop_reason: str | None = None
+
+    # -- lifecycle ----------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        self._check_new()
+        self._offset = self._clock_offset()
+        self._loop = DriverLoop(self._open_endpoint(self._now()), self._buffer)
+        await self._open_link()
+        await self._open_tasks()
+        self._start_receiving()
+        self._spawn(self._turn_loop)
+        return self
+
+    async def aclose(self) -> None:
+        """Stop broadcasting; go on (at most ``flush_timeout`` seconds) until
+        the endpoint says its own broadcasts are safe, then leave and stop."""
+        if self._state != "running":
+            self.abort()
+            return
+        self._state = "closing"
+        loop = self._require_loop()
+        try:
+            with trio.move_on_after(self._flush_timeout):
+                while not loop.endpoint.flushed() and self._state == "closing":
+                    await self._turned.park()
+                if self._state == "closing":
+                    loop.endpoint.leave(self._now())
+                    out = loop.endpoint.datagrams_to_send(self._now())
+                    if out:
+                        await self._send(out)
+        finally:
+            # Also when the code that entered the node is cancelled meanwhile:
+            # the tasks stop and the sockets are closed.
+            self.abort()
+
+    def abort(self) -> None:
+        """Stop at once (what a crash looks like to the group)."""
+        if not self._cancel_tasks():
+            return
+        self._close_link()
+        self._readers.unpark_all()
+        self._turned.unpark_all()
+        self._wake.unpark_all()
+
+    # -- application API ----------------------------------------------------
+
+    def broadcast(self, payload: bytes) -> EventId:
+        """Broadcast ``payload``; it is delivered in the group's total order."""
+        if self._state != "running":
+            raise LocalProtocolError(f"cannot broadcast on a node that is {self._state}")
+        loop = self._require_loop()
+        eid = loop.broadcast(payload, self._now())
+        if loop.output_pending():
+            self._poke()
+        return eid
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Delivery:
+        buffer = self._buffer
+        while True:
+            delivery = buffer.get()
+            if delivery is not None:
+                return delivery
+            if buffer.overflowed:
+                raise DeliveryOverflowError(
+                    f"more than {buffer.capacity} deliveries waited for the application"
+                )
+            if self._state == "closed":
+                if self._stop_reason is not None:
+                    raise self._stopped_error(self._stop_reason)
+                raise StopAsyncIteration
+            await self._readers.park()
+
+    @property
+    def endpoint(self) -> Endpoint:
+        """The sans-IO endpoint this node runs."""
+        return self._require_loop().endpoint
+
+    # -- the loop -----------------------------------------------------------
+
+    def _now(self) -> float:
+        return self._offset + trio.current_time()
+
+    def _require_loop(self) -> DriverLoop:
+        if self._loop is None:
+            raise LocalProtocolError("the node is not started; use 'async with node:'")
+        return self._loop
+
+    def _arrived(self, data: bytes, peer_host: str | None = None) -> bool:
+        """Feed one datagram or frame (from a receiving task); True when accepted."""
+        loop = self._require_loop()
+        accepted = loop.arrived(data, self._now(), peer_host)
+        if accepted and loop.output_pending():
+            self._poke()
+        return accepted
+
+    def _poke(self) -> None:
+        """Take a turn soon: once the current task yields, so that what several
+        inputs produce (broadcasts in a row, the frames of one chunk) leaves
+        together, in fewer and fuller frames."""
+        if not self._poked:
+            self._poked = True
+            self._wake.unpark_all()
+
+    async def _turn_loop(self) -> None:
+        loop = self._require_loop()
+        while True:
+            deadline = loop.deadline() - self._offset
+            if not self._poked and deadline > trio.current_time():
+                self._armed = deadline
+                with trio.move_on_at(deadline if math.isfinite(deadline) else math.inf):
+                    await self._wake.park()
+                self._armed = -math.inf
+            else:
+                # A turn that stays due must not starve the other tasks.
+                await trio.lowlevel.checkpoint()
+            self._poked = False
+            # Feed what has arrived before the timer runs: a copy waiting in a
+            # socket buffer while the round ages the others can turn into a hole.
+            self._drain_arrivals()
+            out = loop.turn(self._now())
+            if out:
+                await self._send(out)
+            gone = loop.endpoint.gone()
+            if gone:
+                self._forget(gone)
+            if len(self._buffer):
+                self._readers.unpark_all()
+            reason = loop.stopped()
+            if reason is not None:
+                if reason != "overflow":
+                    self._stop_reason = reason
+                self.abort()
+                return
+            self._turned.unpark_all()
+
+    # -- what a link provides -----------------------------------------------
+
+    def _clock_offset(self) -> float:
+        """``now`` minus ``trio.current_time()`` for the endpoint (0: trio's clock)."""
+        return 0.0
+
+    def _open_endpoint(self, now: float) -> Endpoint:
+        raise NotImplementedError
+
+    def _stopped_error(self, reason: str) -> Exception:
+        """What iterating raises once the endpoint stopped for ``reason``."""
+        return LocalProtocolError(f"the node stopped: {reason}")
+
+    async def _open_link(self) -> None:
+        raise NotImplementedError
+
+    def _start_receiving(self) -> None:
+        """Spawn the tasks that feed arrivals (:meth:`_arrived`)."""
+        raise NotImplementedError
+
+    def _drain_arrivals(self) -> None:
+        """Feed every arrival that can be read without waiting."""
+
+    async def _send(self, out: list[Transmit]) -> None:
+        """Send every frame; failures are counted, never raised (the loop must go on)."""
+        raise NotImplementedError
+
+    def _forget(self, gone: list[ProcessId]) -> None:
+        """These processes left the group's view: their links can go."""
+
+    def _close_link(self) -> None:
+        raise NotImplementedError
