@@ -19,8 +19,8 @@ from epto.endpoint import Mode as Mode
 from epto.endpoint import NodeConfig as NodeConfig
 from epto.endpoint import OverflowPolicy as OverflowPolicy
 
-from ._common import TransportStatistics as TransportStatistics
 from ._loop import DeliveryOverflowError as DeliveryOverflowError
+from ._statistics import TransportStatistics as TransportStatistics
 
 __all__ = [
     "DeliveryOverflowError",

@@ -19,7 +19,7 @@ import trio
 
 from epto.endpoint import Address, NodeConfig, Transmit
 
-from ._trio_epto import TrioEptoNode
+from ._trio.epto_node import TrioEptoNode
 
 __all__ = ["MemoryHub", "MemoryNode"]
 

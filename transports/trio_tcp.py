@@ -14,8 +14,8 @@ repairs (retransmission of the token and of unsequenced messages, fetches,
 token regeneration); the driver never sends a frame twice.
 
 The node is in this module; its configuration and statistics are in
-:mod:`._tcp_config`, the stream framing in :mod:`._tcp_framing`, the incoming
-streams in :mod:`._tcp_inbound`, the outgoing ones in :mod:`._tcp_links`.
+:mod:`._trio.tcp_config`, the stream framing in :mod:`._trio.tcp_framing`, the incoming
+streams in :mod:`._trio.tcp_inbound`, the outgoing ones in :mod:`._trio.tcp_links`.
 
 ::
 
@@ -37,10 +37,10 @@ from epto import ProcessId
 from epto.endpoint import Address, TokenRingEndpoint, Transmit, join_host_port, parse_host_port
 from epto.tokenring import TokenRingProcess
 
-from ._tcp_config import MemberExcludedError, TokenRingNodeConfig, TokenRingNodeStatistics
-from ._tcp_inbound import InboundGate
-from ._tcp_links import PeerLinks
-from ._trio_loop import TrioDriver
+from ._trio.loop import TrioDriver
+from ._trio.tcp_config import MemberExcludedError, TokenRingNodeConfig, TokenRingNodeStatistics
+from ._trio.tcp_inbound import InboundGate
+from ._trio.tcp_links import PeerLinks
 
 __all__ = [
     "MemberExcludedError",
@@ -103,7 +103,7 @@ class TokenRingNode(TrioDriver):
         await trio.serve_listeners(self._gate, self._listeners)
 
     def _feed_frame(self, data: bytes, peer_host: str) -> bool | None:
-        """One frame from an incoming stream (:func:`._tcp_inbound.read_stream`)."""
+        """One frame from an incoming stream (:func:`._trio.tcp_inbound.read_stream`)."""
         if self._state == "closed":
             return None
         return self._arrived(data, peer_host)

@@ -24,7 +24,7 @@ import trio
 from epto import LocalProtocolError
 from epto.endpoint import Address, NodeConfig, Transmit, parse_host_port
 
-from ._trio_epto import TrioEptoNode
+from ._trio.epto_node import TrioEptoNode
 
 __all__ = ["TrioNode"]
 

@@ -38,8 +38,8 @@ import zmq
 from epto import Delivery, EventId, LocalProtocolError, ProcessId
 from epto.endpoint import Address, EptoEndpoint, NodeConfig, Transmit, parse_host_port
 
-from ._common import TransportStatistics, epto_statistics, require_epto
 from ._loop import DeliveryBuffer, DeliveryOverflowError, DriverLoop
+from ._statistics import TransportStatistics, epto_statistics, require_epto
 
 __all__ = ["ZmqNode"]
 

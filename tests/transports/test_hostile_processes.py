@@ -27,7 +27,7 @@ import time
 
 import attrs
 import pytest
-from epto.transports._tcp_framing import pack_frames
+from epto.transports._trio.tcp_framing import pack_frames
 
 import epto
 from epto.check import check

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import trio
-from epto.transports._tcp_framing import FrameReader, FramingError, pack_frames
+from epto.transports._trio.tcp_framing import FrameReader, FramingError, pack_frames
 from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
 
 from epto import ConfigurationError, FrameCodec, GroupKey, GroupSealer

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 import trio
-from epto.transports._tcp_config import TokenRingNodeConfig
-from epto.transports._tcp_framing import FrameReader, pack_frames
-from epto.transports._tcp_links import PeerLinks
+from epto.transports._trio.tcp_config import TokenRingNodeConfig
+from epto.transports._trio.tcp_framing import FrameReader, pack_frames
+from epto.transports._trio.tcp_links import PeerLinks
 
 COUNTS = ("sent", "dropped", "connects", "connect_failures")
 

@@ -1,7 +1,7 @@
 """The driver loop on trio, shared by every trio node (UDP, TCP, the in-process hub).
 
 A node is an async context manager that owns its tasks (a nursery, see
-:mod:`._tasks`): the link's receiving tasks feed arrivals into the
+:mod:`.tasks`): the link's receiving tasks feed arrivals into the
 :class:`~._loop.DriverLoop`; one task takes the loop's turns: when the
 endpoint's timer is due, or soon after an input the endpoint says produced
 output, it drains what can be read without waiting, takes a turn, and sends
@@ -24,8 +24,8 @@ import trio
 from epto import Delivery, EventId, LocalProtocolError, ProcessId
 from epto.endpoint import Endpoint, OverflowPolicy, Transmit
 
-from ._loop import DeliveryBuffer, DeliveryOverflowError, DriverLoop
-from ._tasks import TaskOwner
+from .._loop import DeliveryBuffer, DeliveryOverflowError, DriverLoop
+from .tasks import TaskOwner
 
 
 class TrioDriver(TaskOwner):

@@ -31,8 +31,8 @@ import trio
 from epto import ProcessId
 from epto.endpoint import Address, parse_host_port
 
-from ._tcp_config import TokenRingNodeConfig
-from ._tcp_framing import pack_frames
+from .tcp_config import TokenRingNodeConfig
+from .tcp_framing import pack_frames
 
 __all__ = ["PeerLinks", "close_quietly"]
 

@@ -18,8 +18,8 @@ import trio
 from epto import ProcessId
 from epto.endpoint import Address, EptoEndpoint, NodeConfig
 
-from ._common import TransportStatistics, epto_statistics, require_epto
-from ._trio_loop import TrioDriver
+from .._statistics import TransportStatistics, epto_statistics, require_epto
+from .loop import TrioDriver
 
 
 class TrioEptoNode(TrioDriver):

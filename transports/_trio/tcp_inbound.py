@@ -32,8 +32,8 @@ import trio
 from epto import Limits
 from epto._limits import HEADER_SIZE
 
-from ._tcp_config import TokenRingNodeConfig
-from ._tcp_framing import FrameReader, FramingError
+from .tcp_config import TokenRingNodeConfig
+from .tcp_framing import FrameReader, FramingError
 
 __all__ = ["Inbound", "InboundGate", "read_stream"]
 
