@@ -20,9 +20,10 @@ from epto.transports._common import parse_host_port
 from epto.transports._tcp_framing import FrameReader, FramingError, pack_frames
 from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
 
-from epto import ConfigurationError, FrameCodec, GroupKey, GroupSealer
+from epto import ConfigurationError, GroupKey
 from epto.check import check
 from epto.tokenring import TokenRingConfig, token_ring_registry
+from epto.wire import FrameCodec, GroupSealer
 
 LENGTH = struct.Struct(">I")
 MIB = 1 << 20
