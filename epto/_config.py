@@ -130,7 +130,7 @@ class Config:
 
         Any other field of :class:`Config` may be passed by keyword.
         """
-        from .params import derive_parameters
+        from ._params import derive_parameters
 
         p = derive_parameters(
             n,

@@ -40,10 +40,6 @@ class Event:
     def id(self) -> EventId:
         return (self.source, self.seq)
 
-    @property
-    def order_key(self) -> tuple[int, int]:
-        return (self.ts, self.source)
-
 
 BallEntry: TypeAlias = tuple[Event, int]
 """An event and the ttl of this copy."""

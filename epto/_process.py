@@ -329,7 +329,7 @@ class Process:
     def memory_sizes(self) -> dict[str, int]:
         """Sizes of every container the process keeps between rounds."""
         sizes = {
-            "next_ball": sum(map(len, self._merge_next_ball().values())),
+            "next_ball": self._next_ball_size(),
             "outbox": len(self._outbox),
             "deliveries": len(self._deliveries),
         }
@@ -346,7 +346,7 @@ class Process:
             delivered=self._ordering.delivered_in_order,
             delivered_out_of_order=self._ordering.delivered_out_of_order,
             rejected_stale=self._ordering.rejected_stale,
-            next_ball_size=sum(map(len, self._merge_next_ball().values())),
+            next_ball_size=self._next_ball_size(),
             pending=self._ordering.pending,
             last_delivered_ts=self._ordering.last_delivered_ts,
             clock=self._clock,
@@ -354,6 +354,19 @@ class Process:
         )
 
     # -- the round ----------------------------------------------------------
+
+    def _next_ball_size(self) -> int:
+        """How many events nextBall holds, computed without merging in place:
+        :meth:`statistics` and :meth:`memory_sizes` change nothing, so that
+        calling them never alters what the process later sends."""
+        sources = list(self._pending)
+        if self._loose:
+            sources.append(LayeredBall(self._loose)._layers)
+        if self._own:
+            sources.append({0: self._own})
+        if not sources:
+            return 0
+        return sum(map(len, merge_layers(sources, self._relay_ttl).values()))
 
     def _merge_next_ball(self) -> Layers:
         """nextBall as layers: every pending copy merged, larger ttl kept."""

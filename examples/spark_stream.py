@@ -26,6 +26,7 @@ from pathlib import Path
 
 import epto
 import epto.spark
+import epto.wire
 from epto.log import DeliveryLogs, micros
 
 
@@ -47,7 +48,7 @@ def run_group(
         for pid in range(n)
     ]
     sent: dict[epto.EventId, int] = {}
-    inflight: list[tuple[int, int, epto.Ball]] = []
+    inflight: list[tuple[int, int, epto.wire.Ball]] = []
     counter = 0
     # flush_every=1: each delivery reaches the OS at once, so Spark sees it.
     with DeliveryLogs(root, flush_every=1) as logs:

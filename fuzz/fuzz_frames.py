@@ -21,15 +21,9 @@ import time
 import tracemalloc
 from collections import Counter
 
-from epto import (
-    Event,
-    FrameCodec,
-    GroupKey,
-    GroupSealer,
-    Limits,
-    RemoteProtocolError,
-)
+from epto import Event, GroupKey, Limits, RemoteProtocolError
 from epto._peer_messages import Leave, PeerDescriptor, ShuffleReply, ShuffleRequest
+from epto.wire import FrameCodec, GroupSealer
 
 KEY = GroupKey(key_id=1, secret=bytes(range(32)))
 GROUP = 42

@@ -19,14 +19,13 @@ from epto import (
     Config,
     Event,
     EventSigner,
-    FrameCodec,
     FullView,
     GroupKey,
-    GroupSealer,
     Membership,
     Process,
     SignatureVerifier,
 )
+from epto.wire import FrameCodec, GroupSealer
 
 GROUP = 0x5EED
 INTERVAL = 1.0

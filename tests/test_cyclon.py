@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from pss_net import Net, address, in_degrees, seed_of
 
 import epto
-from epto import Cyclon, CyclonConfig, Leave, PeerDescriptor, ShuffleReply, ShuffleRequest
+from epto import Cyclon, CyclonConfig, PeerDescriptor
+from epto.wire import Leave, ShuffleReply, ShuffleRequest
 
 
 def desc(pid: int, age: int = 0) -> PeerDescriptor:

@@ -10,11 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import epto
-from epto import Event, FrameCodec, FrameKind, Limits, LocalProtocolError, RemoteProtocolError
+import epto.wire
+from epto import Event, Limits, LocalProtocolError, RemoteProtocolError
 from epto._frame_bodies import KIND_BALL, KIND_LEAVE
 from epto._frames import MAGIC, Reader, pack_header, unpack_header
 from epto._limits import EVENT_FIXED_SIZE, HEADER_SIZE, SIGNATURE_SIZE
 from epto._peer_messages import Leave, PeerDescriptor, ShuffleReply, ShuffleRequest
+from epto.wire import FrameCodec, FrameKind
 
 U64 = st.integers(min_value=0, max_value=(1 << 64) - 1)
 LIMITS = Limits()
@@ -234,7 +236,7 @@ def _decode_ping(reader: Reader, limits: Limits) -> Ping:
 
 
 def test_registry_accepts_a_new_kind_and_refuses_clashes() -> None:
-    registry = epto.default_registry()
+    registry = epto.wire.default_registry()
     ping = FrameKind(code=200, name="ping", type=Ping, encode=_encode_ping, decode=_decode_ping)
     registry.register(ping)
     assert 200 in registry and [k.code for k in registry] == [1, 2, 3, 4, 200]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from epto import ConfigurationError, GroupKey, keys
+from epto._keys import write_file_atomically
 from epto.cli import main
 
 pytest.importorskip("cryptography")
@@ -74,10 +75,10 @@ def test_signing_keys_and_roster(tmp_path: Path) -> None:
 
 def test_bad_key_files(tmp_path: Path) -> None:
     bad = tmp_path / "bad.key"
-    keys.write_file_atomically(bad, b"not json", mode=0o600, force=False)
+    write_file_atomically(bad, b"not json", mode=0o600, force=False)
     with pytest.raises(ConfigurationError):
         keys.load_group_key(bad)
-    keys.write_file_atomically(bad, b'{"type": "epto-roster"}', mode=0o600, force=True)
+    write_file_atomically(bad, b'{"type": "epto-roster"}', mode=0o600, force=True)
     with pytest.raises(ConfigurationError, match="not an epto-group-key"):
         keys.load_group_key(bad)
     with pytest.raises(ConfigurationError, match="members"):

@@ -8,8 +8,9 @@ import pytest
 from pss_net import Net, address, seed_of
 
 import epto
-from epto import Config, CyclonConfig, Leave, Node, ShuffleReply, ShuffleRequest
+from epto import Config, CyclonConfig, Node
 from epto.check import check
+from epto.wire import Leave, ShuffleReply, ShuffleRequest
 
 CONFIG = Config(fanout=8, ttl=12, round_interval=0.125)
 

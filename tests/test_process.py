@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import epto
-from epto import Config, Event, EventId, FullView, LayeredBall, Process
+from epto import Config, Event, EventId, FullView, Process
+from epto.wire import LayeredBall
 
 BallFactory = Callable[[dict[EventId, tuple[Event, int]]], Mapping[EventId, tuple[Event, int]]]
 

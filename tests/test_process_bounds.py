@@ -10,6 +10,7 @@ import random
 import pytest
 
 import epto
+import epto.wire
 from epto import keys
 
 U64_MAX = 2**64 - 1
@@ -40,7 +41,7 @@ def _run_rounds(proc: epto.Process, start: float, rounds: int) -> float:
 
 
 def _encode_everything(proc: epto.Process) -> int:
-    codec = epto.FrameCodec(group=0)
+    codec = epto.wire.FrameCodec(group=0)
     frames = 0
     for dest, ball in proc.messages_to_send():
         frames += len(codec.encode(proc.pid, ball, to=dest))
@@ -78,7 +79,7 @@ def test_a_signed_process_broadcasts_after_a_top_timestamp() -> None:
 
 def test_a_top_timestamp_in_a_decoded_frame_is_refused() -> None:
     """The same copy, as bytes an outsider sends, through the codec and a Node."""
-    codec = epto.FrameCodec(group=0)
+    codec = epto.wire.FrameCodec(group=0)
     hostile = _event(9, 0, U64_MAX)
     (frame,) = codec.encode(9, {hostile.id: (hostile, 1)})
     node = epto.Node(1, epto.Config(fanout=2, ttl=3), rng=random.Random(1), now=0.0, members=[1, 2])
@@ -190,7 +191,7 @@ def test_out_of_range_values_are_refused_and_counted(
 def test_a_layered_ball_out_of_bounds_is_taken_entry_by_entry() -> None:
     hostile = _event(9, 0, U64_MAX)
     genuine = _event(2, 0, 1)
-    ball = epto.LayeredBall({hostile.id: (hostile, 1), genuine.id: (genuine, 2)})
+    ball = epto.wire.LayeredBall({hostile.id: (hostile, 1), genuine.id: (genuine, 2)})
     proc = _process()
     proc.receive(9, ball, 0.0)
     assert proc.statistics().rejected == {"ts-ahead": 1}

@@ -8,17 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from epto import (
-    ConfigurationError,
-    Event,
-    FrameCodec,
-    GroupKey,
-    GroupSealer,
-    LocalProtocolError,
-    ReplayWindow,
-)
+from epto import ConfigurationError, Event, GroupKey, LocalProtocolError
 from epto._limits import HEADER_SIZE
 from epto._peer_messages import Leave, PeerDescriptor, ShuffleReply
+from epto.wire import FrameCodec, GroupSealer, ReplayWindow
 
 pytest.importorskip("cryptography")
 

@@ -13,8 +13,9 @@ from collections import Counter
 import attrs
 import pytest
 
-from epto import Event, FrameCodec, GroupKey, GroupSealer
+from epto import Event, GroupKey
 from epto.check import check
+from epto.wire import FrameCodec, GroupSealer
 
 pytest.importorskip("cryptography")
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from epto import ConfigurationError, Event, EventSigner, SignatureVerifier, signed_message
+from epto import ConfigurationError, Event, EventSigner, SignatureVerifier
+from epto.wire import signed_message
 
 pytest.importorskip("cryptography")
 

@@ -6,16 +6,9 @@ import random
 
 import pytest
 
-from epto import (
-    Config,
-    CyclonConfig,
-    FrameCodec,
-    GroupKey,
-    GroupSealer,
-    Node,
-    PeerDescriptor,
-)
+from epto import Config, CyclonConfig, GroupKey, Node, PeerDescriptor
 from epto.check import check
+from epto.wire import FrameCodec, GroupSealer
 
 pytest.importorskip("cryptography")
 

@@ -52,14 +52,13 @@ def _quantiles(values: list[float]) -> list[float]:
 
 
 def _one(job: dict[str, Any]) -> dict[str, Any]:
-    # mypy does not follow the package-dir mapping of epto.transports.
-    from epto.transports.virtual import (  # type: ignore[import-not-found]
+    from epto.transports.virtual import (
         SimulationObserver,
         SimulationSpec,
         run_simulation,
     )
 
-    class Members(SimulationObserver):  # type: ignore[misc]
+    class Members(SimulationObserver):
         """Delays of deliveries of events broadcast after the receiver joined:
         a newcomer also delivers events that were still being relayed when it
         joined, with delays up to TTL rounds that say nothing about EpTO's."""

@@ -255,7 +255,7 @@ def _ball_maker(
         return ball
 
     def native(chunks: list[tuple[int, list[tuple[tuple[int, int], Any]]]]) -> Any:
-        from epto import LayeredBall
+        from epto.wire import LayeredBall
 
         layers: dict[int, dict[Any, Any]] = {}
         for copy_ttl, items in chunks:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import multiprocessing as mp
 import socket
 import threading
@@ -94,24 +93,24 @@ def _loopback_members(ports: list[int]) -> dict[int, str]:
 
 
 def _epto_config(index: int, ports: list[int], args: argparse.Namespace) -> Any:
-    transports = importlib.import_module("epto.transports")
+    from epto.transports import NodeConfig
+
     members = _loopback_members(ports)
     pid = index + 1
-    return transports.NodeConfig(
-        pid=pid, bind=members[pid], members=members, epto=_protocol(args), seed=pid
-    )
+    return NodeConfig(pid=pid, bind=members[pid], members=members, epto=_protocol(args), seed=pid)
 
 
 def _epto_zmq(
     index: int, ports: list[int], args: argparse.Namespace, barrier: Any
 ) -> dict[str, Any]:
-    zmq_node = importlib.import_module("epto.transports.zmq_node")
+    from epto.transports.zmq_node import ZmqNode
+
     config = _epto_config(index, ports, args)
     total = 3 * args.commands
     applied: dict[tuple[int, int], float] = {}
     order: list[tuple[int, int]] = []
     done = threading.Event()
-    with zmq_node.ZmqNode(config) as node:
+    with ZmqNode(config) as node:
 
         def drain() -> None:
             for delivery in node:
@@ -140,7 +139,8 @@ def _epto_trio(
 ) -> dict[str, Any]:
     import trio
 
-    trio_udp = importlib.import_module("epto.transports.trio_udp")
+    from epto.transports.trio_udp import TrioNode
+
     config = _epto_config(index, ports, args)
     total = 3 * args.commands
     applied: dict[tuple[int, int], float] = {}
@@ -149,7 +149,7 @@ def _epto_trio(
     result: dict[str, Any] = {}
 
     async def main() -> None:
-        async with trio_udp.TrioNode(config) as node:
+        async with TrioNode(config) as node:
             await trio.to_thread.run_sync(barrier.wait)
             t0 = result["t0"] = time.time()
             cpu0 = time.process_time()
@@ -189,10 +189,11 @@ def _token_ring(
 ) -> dict[str, Any]:
     import trio
 
-    trio_tcp = importlib.import_module("epto.transports.trio_tcp")
+    from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
+
     members = _loopback_members(ports)
     pid = index + 1
-    config = trio_tcp.TokenRingNodeConfig(pid=pid, bind=members[pid], members=members, seed=pid)
+    config = TokenRingNodeConfig(pid=pid, bind=members[pid], members=members, seed=pid)
     total = 3 * args.commands
     applied: dict[tuple[int, int], float] = {}
     order: list[tuple[int, int]] = []
@@ -205,7 +206,7 @@ def _token_ring(
             barrier.wait(args.timeout)
 
     async def main() -> None:
-        async with trio_tcp.TokenRingNode(config) as node:
+        async with TokenRingNode(config) as node:
             # Like PySyncObj's wait for a leader: start once the ring is formed
             # (all three members in the token list, a token accepted there).
             await _ring_formed(node, len(members), min(30.0, args.timeout))

@@ -21,6 +21,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import cast
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def simulate(root: Path, processes: int, events: int) -> float:
     from epto.log import SimulationLogger
-    from epto.transports.virtual import (  # type: ignore[import-not-found]
+    from epto.transports.virtual import (
+        SimulationObserver,
         SimulationSpec,
         run_simulation,
     )
@@ -43,7 +45,8 @@ def simulate(root: Path, processes: int, events: int) -> float:
     spec = SimulationSpec(processes=processes, events=events, rounds=max(10, events // 25))
     started = time.perf_counter()
     with SimulationLogger(root, flush_every=256) as logger:
-        result = run_simulation(spec, observers=[logger])
+        # SimulationLogger has SimulationObserver's methods without subclassing it.
+        result = run_simulation(spec, observers=[cast(SimulationObserver, logger)])
     elapsed = time.perf_counter() - started
     print(
         f"simulate: {processes} processes, {events} events, {result.deliveries} deliveries "

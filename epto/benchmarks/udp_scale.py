@@ -9,7 +9,6 @@ at ``--timeout``) and the delivered sequences go through ``epto.check``.
 from __future__ import annotations
 
 import argparse
-import importlib
 import time
 from typing import Any
 
@@ -37,9 +36,8 @@ async def _main(args: argparse.Namespace) -> int:
 
     import epto
     from epto.check import check
-
-    transports = importlib.import_module("epto.transports")
-    trio_udp = importlib.import_module("epto.transports.trio_udp")
+    from epto.transports import NodeConfig
+    from epto.transports.trio_udp import TrioNode
 
     n = args.nodes
     derived = epto.Config.for_group(n)
@@ -61,10 +59,10 @@ async def _main(args: argparse.Namespace) -> int:
 
     async def run_node(pid: int, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         nonlocal finished
-        node_config = transports.NodeConfig(
+        node_config = NodeConfig(
             pid=pid, epto=config, seed=args.seed * 100_003 + pid, flush_timeout=0.0
         )
-        async with trio_udp.TrioNode(node_config) as node:
+        async with TrioNode(node_config) as node:
             nodes.append(node)
             task_status.started(node)
             async for delivery in node:

@@ -10,7 +10,6 @@ verdict on the same logs beside it.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import secrets
@@ -69,9 +68,8 @@ def run(args: argparse.Namespace) -> int:
 
     n = args.nodes
     ids = list(range(1, n + 1))
-    # epto.transports is installed from transports/ (a package-dir mapping);
-    # importing it by name keeps type checkers of epto/ from looking for it.
-    free_ports = importlib.import_module("epto.transports._ports").free_ports
+    from epto.transports._ports import free_ports
+
     ports = dict(zip(ids, free_ports(n), strict=True))
     peers = [f"--peer={i}=127.0.0.1:{ports[i]}" for i in ids]
     expected = n * args.events

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import importlib
 import json
 import math
 import os
@@ -39,12 +38,6 @@ from typing import Any, TextIO
 
 EXIT_EXCLUDED = 3
 """Exit status of a token-ring member excluded from the view."""
-
-
-def _transport(name: str) -> Any:
-    # epto.transports is installed from transports/ (a package-dir mapping);
-    # importing it by name keeps type checkers of epto/ from looking for it.
-    return importlib.import_module(name)
 
 
 def register(sub: Any) -> None:
@@ -177,8 +170,7 @@ def _ring_config(args: argparse.Namespace, group: int) -> Any:
 
 def _config(args: argparse.Namespace) -> Any:
     import epto
-
-    NodeConfig = _transport("epto.transports").NodeConfig
+    from epto.transports import NodeConfig
 
     members = _peers(args.peer, "--peer")
     contacts = _peers(args.contact, "--contact")
@@ -287,22 +279,25 @@ def run(args: argparse.Namespace) -> int:
 async def _run_trio(args: argparse.Namespace, config: Any, sink: _Sink) -> int:
     import trio
 
-    module = _transport("epto.transports.trio_node")
-    MemberExcludedError = _transport("epto.transports.trio_tcp").MemberExcludedError
+    from epto.transports.trio_node import open_node
+    from epto.transports.trio_tcp import MemberExcludedError, TokenRingNode
 
     stdin_done = trio.Event()
     excluded = False
     deadline = trio.current_time() + (args.duration if args.duration is not None else math.inf)
-    async with module.open_node(config) as node, trio.open_nursery() as nursery:
+    async with open_node(config) as node, trio.open_nursery() as nursery:
         print(f"ready {args.id} {node.address}", file=sys.stderr, flush=True)
         if args.status:
             nursery.start_soon(_write_status, node, args.status, args.status_interval)
         if config.contacts:
             # A joining member may broadcast once the group has admitted it.
+            # (NodeConfig accepts contacts for the token ring only.)
+            assert isinstance(node, TokenRingNode)
+            ring = node
             with trio.move_on_at(deadline):
-                while node.statistics().role == "joining":
+                while ring.statistics().role == "joining":
                     await trio.sleep(0.01)
-            if node.statistics().role not in ("core", "external"):
+            if ring.statistics().role not in ("core", "external"):
                 print(f"epto node: {args.id} not admitted", file=sys.stderr, flush=True)
                 nursery.cancel_scope.cancel()
                 return 1
@@ -392,7 +387,7 @@ async def _write_status(node: Any, path: str, interval: float) -> None:
 
 
 def _run_zmq(args: argparse.Namespace, config: Any, sink: _Sink) -> None:
-    ZmqNode = _transport("epto.transports.zmq_node").ZmqNode
+    from epto.transports.zmq_node import ZmqNode
 
     stdin_done = threading.Event()
     with ZmqNode(config) as node:

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 
 def _positive_int(text: str) -> int:
@@ -222,9 +222,8 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from epto import ConfigurationError
-
-    # mypy does not follow the package-dir mapping of epto.transports.
-    from epto.transports.virtual import (  # type: ignore[import-not-found]
+    from epto.transports.virtual import (
+        SimulationObserver,
         SimulationSpec,
         run_simulation,
     )
@@ -299,7 +298,9 @@ def run(args: argparse.Namespace) -> int:
 
     logger = None if args.log_dir is None else SimulationLogger(args.log_dir, flush_every=256)
     try:
-        observers = [logger] if logger is not None else []
+        # SimulationLogger has SimulationObserver's methods without subclassing it
+        # (epto.log does not import the simulator), hence the cast.
+        observers = [cast(SimulationObserver, logger)] if logger is not None else []
         result = run_simulation(spec, progress=progress, observers=observers)
     finally:
         bar.close()

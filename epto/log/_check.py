@@ -9,8 +9,8 @@ import os
 from collections import Counter
 from typing import Any
 
+from .._check import check
 from .._event import EventId
-from ..check import check
 from ._broadcasts import read_broadcasts
 from ._reader import iter_raw, list_nodes, node_directory
 from ._segment import FLAG_HAS_BROADCAST, FLAG_OUT_OF_ORDER

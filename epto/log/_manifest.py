@@ -30,7 +30,6 @@ MANIFEST_MAGIC = b"EPTOEND\x00"
 MANIFEST_VERSION = 1
 SLOT = struct.Struct("<8sIQQQ")
 SLOT_SIZE = SLOT.size + 4  # plus the CRC32 of the fields
-MANIFEST_SIZE = 2 * SLOT_SIZE
 
 _datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
 

@@ -31,7 +31,6 @@ HEADER = struct.Struct("<8sIQQ")
 HEADER_SIZE = HEADER.size + 4  # plus the CRC32 of the header fields
 FRAME = struct.Struct("<II")
 BODY = struct.Struct("<QQQqqqBH")
-RECORD_OVERHEAD = FRAME.size + BODY.size
 MAX_BODY = 1 << 30
 """Largest body a reader accepts; a longer length field is treated as torn."""
 

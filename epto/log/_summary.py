@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._check import OrderViolation
 from .._event import EventId
-from ..check import OrderViolation
 
 HISTOGRAM_BINS = 50
 EXAMPLES = 100

@@ -21,7 +21,7 @@ import os
 import time
 from typing import Any
 
-from ..check import find_cycles
+from .._check import find_cycles
 from ..log._broadcasts import MANIFEST
 from ..log._summary import (
     EXAMPLES,

@@ -9,8 +9,7 @@ from typing import Any
 
 def __getattr__(name: str) -> Any:
     if name == "TokenRingCluster":
-        # mypy does not follow the package-dir mapping of epto.transports.
-        from epto.transports.virtual import TokenRingCluster  # type: ignore[import-not-found]
+        from epto.transports.virtual import TokenRingCluster
 
         return TokenRingCluster
     raise AttributeError(name)

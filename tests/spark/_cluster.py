@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 import epto
+import epto.wire
 from epto.log import DeliveryLogs, micros, write_broadcasts
 
 
@@ -34,7 +35,7 @@ def run_cluster(
         for pid in range(n)
     ]
     sent: dict[epto.EventId, int] = {}
-    inflight: list[tuple[int, int, epto.Ball]] = []
+    inflight: list[tuple[int, int, epto.wire.Ball]] = []
     step = config.round_interval
     with DeliveryLogs(root, **log_options) as logs:
         k = 0

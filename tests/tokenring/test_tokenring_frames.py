@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from epto import Event, FrameCodec, GroupKey, GroupSealer, Limits
+from epto import Event, GroupKey, Limits
 from epto.tokenring import TOKEN_RING_KINDS, token_ring_registry
 from epto.tokenring._messages import (
     Accept,
@@ -34,6 +34,7 @@ from epto.tokenring._messages import (
     TokenAck,
     TokenState,
 )
+from epto.wire import FrameCodec, GroupSealer
 
 SETTINGS = settings(
     derandomize=True,

@@ -12,7 +12,7 @@ import attrs
 import pytest
 from epto.transports.virtual import TokenRingCluster
 
-from epto import ConfigurationError, Event, FrameCodec, Limits, LocalProtocolError, ProcessId
+from epto import ConfigurationError, Event, Limits, LocalProtocolError, ProcessId
 from epto.tokenring import (
     RingConfig,
     TokenRingConfig,
@@ -24,6 +24,7 @@ from epto.tokenring._change import install
 from epto.tokenring._messages import Accept, Batch, Decided, Prepare, Promise, Report, Token
 from epto.tokenring._sequencer import pick, relabel
 from epto.tokenring._tokenpath import batch_bytes
+from epto.wire import FrameCodec
 
 STREAM = Limits.for_frame_size(1 << 20, max_events_per_ball=4096)
 """1 MiB frames, as the TCP driver's (their default payload bound aside)."""

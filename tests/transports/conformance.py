@@ -20,6 +20,7 @@ import trio
 from epto.transports import DeliveryOverflowError, NodeConfig, TransportStatistics
 
 import epto
+import epto.wire
 from epto.check import check
 
 WAIT = 30.0
@@ -205,10 +206,10 @@ def garbage_datagrams(seed: int = 7) -> list[bytes]:
     another group, and frames sealed under a key the group does not have."""
     rng = random.Random(seed)
     ball = {(5, 0): (epto.Event(source=5, seq=0, ts=1, payload=b"p" * 40), 1)}
-    real = epto.FrameCodec(group=0, limits=LIMITS).encode(5, ball)[0]
-    other_group = epto.FrameCodec(group=77, limits=LIMITS).encode(5, ball)[0]
-    outsider = epto.GroupSealer(OUTSIDER_KEY, counter_start=1, prefix=b"\0\0\0\1")
-    sealed = epto.FrameCodec(group=0, limits=LIMITS, sealer=outsider).encode(5, ball)[0]
+    real = epto.wire.FrameCodec(group=0, limits=LIMITS).encode(5, ball)[0]
+    other_group = epto.wire.FrameCodec(group=77, limits=LIMITS).encode(5, ball)[0]
+    outsider = epto.wire.GroupSealer(OUTSIDER_KEY, counter_start=1, prefix=b"\0\0\0\1")
+    sealed = epto.wire.FrameCodec(group=0, limits=LIMITS, sealer=outsider).encode(5, ball)[0]
     out = [rng.randbytes(rng.randrange(1, 300)) for _ in range(20)]
     out += [b"\xe7\x70", real[:-3], real + b"tail", b"\x00" * (LIMITS.max_frame_size + 100)]
     out += [real[:2] + b"\x09" + real[3:], other_group, sealed]
@@ -227,7 +228,7 @@ async def garbage_arrives(transport: Transport, *, sealed: bool = False) -> None
         junk = garbage_datagrams()
         if sealed:  # an unsealed frame of the right group is refused too
             ball = {(5, 0): (epto.Event(source=5, seq=0, ts=1, payload=b"x"), 1)}
-            junk += epto.FrameCodec(group=0, limits=LIMITS).encode(5, ball)
+            junk += epto.wire.FrameCodec(group=0, limits=LIMITS).encode(5, ball)
         await g.send_garbage(1, junk)
 
         def counted() -> bool:

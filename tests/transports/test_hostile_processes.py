@@ -30,6 +30,7 @@ import pytest
 from epto.transports._trio.tcp_framing import pack_frames
 
 import epto
+import epto.wire
 from epto.check import check
 from epto.endpoint._addresses import AddressBook, with_addresses
 from epto.tokenring import TokenState, token_ring_registry
@@ -114,7 +115,7 @@ def top_timestamp_frame(to: int) -> bytes:
     """Finding 1: an unsealed ball from the outsider with one event at
     ``ts = 2**64 - 1``, encoded for the nodes' group."""
     event = epto.Event(source=OUTSIDER, seq=0, ts=2**64 - 1, payload=b"end of time")
-    codec = epto.FrameCodec(group=GROUP)
+    codec = epto.wire.FrameCodec(group=GROUP)
     (frame,) = codec.encode(OUTSIDER, {event.id: (event, 1)}, to=to)
     decoded = codec.decode(frame)  # well-formed: it decodes for the group
     assert decoded.sender == OUTSIDER and dict(decoded.message) == {event.id: (event, 1)}
@@ -126,7 +127,7 @@ def token_stream(to: int, listening: str) -> bytes:
     hello a real peer opens with (an address frame carrying only its own
     listening address, :meth:`TokenRingNode._hello`), then a ``Token``
     claiming ``stable = 2**55``; each frame after its uint32 length."""
-    codec = epto.FrameCodec(group=GROUP, registry=with_addresses(token_ring_registry()))
+    codec = epto.wire.FrameCodec(group=GROUP, registry=with_addresses(token_ring_registry()))
     claim = TokenState(
         instance=0, hop=1 << 40, next_seq=1 << 55, low=1 << 55, stable=1 << 55, batches=()
     )

@@ -24,6 +24,7 @@ from epto.transports.trio_udp import TrioNode
 from epto.transports.zmq_node import ZmqNode
 
 import epto
+import epto.wire
 from epto.tokenring import TokenRingConfig
 
 pytest.importorskip("cryptography")
@@ -63,7 +64,7 @@ async def test_udp_group_survives_an_outsider_datagram_with_the_top_timestamp() 
     ports = free_ports(3, socket.SOCK_DGRAM)
     members = {pid: f"127.0.0.1:{port}" for pid, port in zip((1, 2, 3), ports, strict=True)}
     hostile = epto.Event(source=99, seq=0, ts=2**64 - 1, payload=b"end of time")
-    (datagram,) = epto.FrameCodec(group=0).encode(99, {hostile.id: (hostile, 1)})
+    (datagram,) = epto.wire.FrameCodec(group=0).encode(99, {hostile.id: (hostile, 1)})
     got: dict[int, list[epto.Event]] = {pid: [] for pid in members}
     with trio.fail_after(2 * WAIT):
         async with AsyncExitStack() as stack:
@@ -214,7 +215,7 @@ async def test_signed_memory_nodes_deliver_signed_events_and_refuse_a_forgery() 
             for pid in members:
                 nodes[pid] = await stack.enter_async_context(MemoryNode(hub, _signed(pid, members)))
                 nursery.start_soon(_collect, nodes[pid], got[pid])
-            (frame,) = epto.FrameCodec(group=0).encode(2, ball)
+            (frame,) = epto.wire.FrameCodec(group=0).encode(2, ball)
             hub.deliver("n1", frame)
             await _wait(
                 lambda: nodes[1].statistics().rejected.get("bad-signature", 0) >= 1, "refusal"

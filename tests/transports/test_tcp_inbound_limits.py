@@ -18,11 +18,12 @@ import trio
 from epto.transports._trio.tcp_framing import FrameReader, FramingError, pack_frames
 from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
 
-from epto import ConfigurationError, FrameCodec, GroupKey, GroupSealer
+from epto import ConfigurationError, GroupKey
 from epto.check import check
 from epto.endpoint import parse_host_port
 from epto.endpoint._addresses import AddressBook, with_addresses
 from epto.tokenring import TokenRingConfig, token_ring_registry
+from epto.wire import FrameCodec, GroupSealer
 
 LENGTH = struct.Struct(">I")
 MIB = 1 << 20

@@ -332,10 +332,10 @@ async def test_joiners_known_to_different_contacts_learn_each_other() -> None:
 async def test_address_books_fill_gaps_and_senders_speak_for_themselves() -> None:
     import struct
 
-    from epto import FrameCodec
     from epto.endpoint import parse_host_port
     from epto.endpoint._addresses import AddressBook, with_addresses
     from epto.tokenring import token_ring_registry
+    from epto.wire import FrameCodec
 
     codec = FrameCodec(group=9, registry=with_addresses(token_ring_registry()))
 
@@ -370,10 +370,11 @@ def test_address_book_frames_round_trip_and_garbage_is_a_protocol_error() -> Non
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from epto import FrameCodec, RemoteProtocolError
+    from epto import RemoteProtocolError
     from epto._frames import pack_header
     from epto.endpoint._addresses import ADDRESSES_CODE, AddressBook, with_addresses
     from epto.tokenring import token_ring_registry
+    from epto.wire import FrameCodec
 
     codec = FrameCodec(group=3, registry=with_addresses(token_ring_registry()))
     book = AddressBook(entries=((1, "127.0.0.1:9001"), (2**64 - 1, "[::1]:7")))

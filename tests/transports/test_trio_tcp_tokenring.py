@@ -158,10 +158,11 @@ async def test_hostile_streams_are_counted_and_dropped() -> None:
 
 
 def test_a_catchup_too_big_for_one_frame_is_split_in_order() -> None:
-    from epto import Event, FrameCodec, Limits
+    from epto import Event, Limits
     from epto.endpoint import split_encode as encode_split
     from epto.tokenring import token_ring_registry
     from epto.tokenring._messages import Catchup
+    from epto.wire import FrameCodec
 
     limits = Limits.for_frame_size(4096)
     codec = FrameCodec(group=1, limits=limits, registry=token_ring_registry())
@@ -177,10 +178,11 @@ def test_a_catchup_too_big_for_one_frame_is_split_in_order() -> None:
 
 
 def test_a_batch_of_broadcasts_or_a_notice_too_big_for_one_frame_is_split_in_order() -> None:
-    from epto import Event, FrameCodec, Limits
+    from epto import Event, Limits
     from epto.endpoint import split_encode as encode_split
     from epto.tokenring import token_ring_registry
     from epto.tokenring._messages import DataBatch, Order, TokenState
+    from epto.wire import FrameCodec
 
     limits = Limits.for_frame_size(4096, max_events_per_ball=64)
     codec = FrameCodec(group=1, limits=limits, registry=token_ring_registry())

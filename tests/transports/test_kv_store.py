@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.transports.processes import free_ports, spawn, stop_all, wait_for_line
+from .processes import free_ports, spawn, stop_all, wait_for_line
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "kv_store.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kv_store.py"
 
 
 def ask(proc: subprocess.Popen[str], line: str, prefix: str) -> str:
