@@ -216,9 +216,6 @@ class OrderBook:
             self.pool[eid] = event
         return True
 
-    def has_payload(self, eid: EventId) -> bool:
-        return eid in self._held or eid in self.pool or eid in self._delivered_ids
-
     def payload(self, eid: EventId) -> Event | None:
         return self._held.get(eid) or self.pool.get(eid)
 
@@ -342,9 +339,6 @@ class OrderBook:
         did not keep them; they were never delivered)."""
         for seq in [s for s in self._assign if s >= next_seq]:
             self._unassign(seq)
-
-    def is_sequenced(self, eid: EventId) -> bool:
-        return eid in self._where or eid in self._delivered_ids
 
     def assignment(self, seq: int) -> EventId | None:
         if seq < self.next_deliver:

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import attrs
-
 from .._event import Event, ProcessId
 from ._config import TokenRingConfig
 from ._membership import Wanted
@@ -112,7 +110,3 @@ def build_config(
 def bootstrap(members: tuple[ProcessId, ...]) -> RingConfig:
     state = TokenState(instance=0, hop=0, next_seq=0, low=0, stable=0, batches=())
     return RingConfig(instance=0, view=0, members=members, core=members, state=state)
-
-
-def with_state(config: RingConfig, state: TokenState) -> RingConfig:
-    return attrs.evolve(config, state=state)
