@@ -25,6 +25,7 @@ Rules:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import attrs
 
@@ -39,7 +40,7 @@ from ._shared import Shared
 class Outbox:
     """The outgoing side of one process."""
 
-    __slots__ = ("_hb_at", "_links", "_out", "_replied", "_s", "_unsent")
+    __slots__ = ("_links", "_out", "_replied", "_s", "_unsent", "arrived", "hb_at")
 
     def __init__(self, shared: Shared, now: float) -> None:
         self._s = shared
@@ -50,7 +51,11 @@ class Outbox:
         self._unsent: list[Event] = []
         """Own broadcasts not handed out yet: they leave as one message."""
         self._replied: dict[ProcessId, float] = {}
-        self._hb_at = now
+        self.hb_at = now
+        """When the next heartbeats are due (written only here)."""
+        self.arrived: Callable[[ProcessId, Message], None] = self._links.arrived
+        """Count a message that arrived (the link sessions' own method, bound
+        here: it runs once per message received)."""
 
     # -- sending ------------------------------------------------------------
 
@@ -111,23 +116,16 @@ class Outbox:
         """Keep link sessions with ``peers`` only."""
         self._links.track(peers)
 
-    def arrived(self, sender: ProcessId, message: Message) -> None:
-        self._links.arrived(sender, message)
-
     def heartbeats_due(self, now: float) -> bool:
         """Send the heartbeats if they are due; True if they were."""
-        if now < self._hb_at:
+        if now < self.hb_at:
             return False
         s = self._s
         for p in s.config.members:
             if p != s.pid:
                 self.send(p, self._heartbeat(p))
-        self._hb_at = now + s.cfg.heartbeat_interval
+        self.hb_at = now + s.cfg.heartbeat_interval
         return True
-
-    def timer(self) -> float:
-        """When the next heartbeats are due."""
-        return self._hb_at
 
     def _heartbeat(self, dest: ProcessId) -> Heartbeat:
         s = self._s

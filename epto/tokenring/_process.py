@@ -264,13 +264,10 @@ class TokenRingProcess:
             return math.inf
         if role is Role.JOINING:
             return self._joins.timer()
-        return min(
-            self._out.timer(),
-            self._data.deliver_at,
-            self._tokens.timer(),
-            self._fetch.timer(),
-            self._change.timer(),
-        )
+        t = min(self._out.hb_at, self._data.deliver_at, self._tokens.timer())
+        if self._fetch.since is not None:
+            t = min(t, self._fetch.timer())
+        return min(t, self._change.timer())
 
     def messages_to_send(self) -> list[tuple[ProcessId, Message]]:
         return self._out.take()
