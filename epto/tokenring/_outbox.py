@@ -133,8 +133,7 @@ class Outbox:
 
     def on_heartbeat(self, sender: ProcessId, msg: Heartbeat, now: float) -> None:
         s = self._s
-        s.fd.reported_instance[sender] = msg.instance
-        s.fd.reported_delivered[sender] = msg.delivered
+        s.fd.reported(sender, msg.instance, msg.delivered)
         if msg.missing and self._unsent:
             self.flush()  # numbered before what is sent again
         answer, again = self._links.on_heartbeat(sender, msg, now)
