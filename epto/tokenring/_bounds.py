@@ -28,7 +28,7 @@ walk, allocate or count beyond what the bytes it received justify:
   work a state causes (learning its batches, advancing stability, walking
   what is missing) is then bounded by the ids it carries, and fetches never
   span more than ``FETCH_SPAN`` positions whatever a state or heartbeat
-  claims (``_datapath``).
+  claims (``_fetch``).
 
 What a member of the view (with the group key, in a sealed group) can still
 do is in docs/security.md: the protocol tolerates crashes, not lies.
@@ -36,9 +36,8 @@ do is in docs/security.md: the protocol tolerates crashes, not lies.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .._event import ProcessId
+from ._config import TokenRingConfig
 from ._messages import (
     Accept,
     Accepted,
@@ -60,9 +59,6 @@ from ._messages import (
     TokenState,
 )
 
-if TYPE_CHECKING:
-    from ._process import TokenRingProcess
-
 MAX_CLAIM = 1 << 48
 """Largest instance, hop, ballot round or sequence number accepted from a peer."""
 
@@ -72,45 +68,53 @@ MAX_JOINERS = 16
 _OPEN_KINDS = (Join, Decided)
 
 
-def refusal(p: TokenRingProcess, sender: ProcessId, message: Message) -> str | None:
-    """Why ``message`` from ``sender`` must be dropped, or None."""
-    if not isinstance(message, _OPEN_KINDS) and not _may_send(p, sender):
+def refusal(
+    cfg: TokenRingConfig,
+    config: RingConfig,
+    contacts: tuple[ProcessId, ...],
+    sender: ProcessId,
+    message: Message,
+) -> str | None:
+    """Why ``message`` from ``sender`` must be dropped, or None, for a process
+    configured by ``cfg``, in the view ``config``, that asks ``contacts`` to
+    join (a joining process)."""
+    if not isinstance(message, _OPEN_KINDS) and not _may_send(config, contacts, sender):
         return "not-a-member"
     if isinstance(message, Data):
         return None if message.event.source == sender else "bad-source"
     if isinstance(message, DataBatch):
         return None if all(e.source == sender for e in message.events) else "bad-source"
     if isinstance(message, Token | Order):
-        return _state(p, message.state)
+        return _state(cfg, message.state)
     if isinstance(message, Decided):
         # A member hears decisions from the members it decides with; a
         # joining process from the members it was pointed at (or heard of
         # from them).
-        if p.config.members:
-            if sender not in p.config.members:
+        if config.members:
+            if sender not in config.members:
                 return "not-a-member"
-        elif sender not in p._contacts:
+        elif sender not in contacts:
             return "not-a-member"
-        return _config(p, message.config)
+        return _config(cfg, message.config)
     if isinstance(message, Prepare | Nack | Accept | Accepted | Promise):
         if message.instance > MAX_CLAIM or message.ballot[0] > MAX_CLAIM:
             return "out-of-range"
         if isinstance(message, Nack) and message.promised[0] > MAX_CLAIM:
             return "out-of-range"
         if isinstance(message, Accept):
-            return _config(p, message.value)
+            return _config(cfg, message.value)
         if isinstance(message, Promise):
             if message.accepted is not None:
                 ballot, value = message.accepted
                 if ballot[0] > MAX_CLAIM:
                     return "out-of-range"
-                if (why := _config(p, value)) is not None:
+                if (why := _config(cfg, value)) is not None:
                     return why
             if message.report.delivered > MAX_CLAIM:
                 return "out-of-range"
             # A promise that accepted a value leaves its window out.
             report = message.report.state
-            return _state(p, report, windowless=message.accepted is not None)
+            return _state(cfg, report, windowless=message.accepted is not None)
         return None
     if isinstance(message, TokenAck):
         return "out-of-range" if message.hop > MAX_CLAIM else None
@@ -128,15 +132,15 @@ def refusal(p: TokenRingProcess, sender: ProcessId, message: Message) -> str | N
     return None
 
 
-def _may_send(p: TokenRingProcess, sender: ProcessId) -> bool:
-    if sender in p.config.members:
+def _may_send(config: RingConfig, contacts: tuple[ProcessId, ...], sender: ProcessId) -> bool:
+    if sender in config.members:
         return True
     # A joining process hears the members it was pointed at before it is in
     # a view with them.
-    return not p.config.members and sender in p._contacts
+    return not config.members and sender in contacts
 
 
-def _config(p: TokenRingProcess, config: RingConfig) -> str | None:
+def _config(cfg: TokenRingConfig, config: RingConfig) -> str | None:
     if config.instance > MAX_CLAIM or config.view > MAX_CLAIM:
         return "out-of-range"
     if not config.core or not set(config.core) <= set(config.members):
@@ -145,15 +149,14 @@ def _config(p: TokenRingProcess, config: RingConfig) -> str | None:
         return "out-of-range"
     if any(seq > MAX_CLAIM for _, seq, _ in config.starts):
         return "out-of-range"
-    return _state(p, config.state)
+    return _state(cfg, config.state)
 
 
-def _state(p: TokenRingProcess, state: TokenState, *, windowless: bool = False) -> str | None:
+def _state(cfg: TokenRingConfig, state: TokenState, *, windowless: bool = False) -> str | None:
     if max(state.instance, state.hop, state.next_seq) > MAX_CLAIM:
         return "out-of-range"
     if not state.low <= state.stable <= state.next_seq:
         return "bad-state"
-    cfg = p.cfg
     if state.next_seq - state.low > cfg.max_unstable_messages + cfg.max_batch:
         return "bad-state"
     at = state.low

@@ -106,6 +106,12 @@ class FailureDetector:
             self._since[pid] = now
         self._last[pid] = now
 
+    def reported(self, pid: ProcessId, instance: int, delivered: int) -> None:
+        """``pid``'s heartbeat said it is in configuration ``instance`` and
+        delivered up to ``delivered``."""
+        self.reported_instance[pid] = instance
+        self.reported_delivered[pid] = delivered
+
     def grace(self, pids: Iterable[ProcessId], now: float) -> None:
         """Start counting silence from ``now`` for processes never heard."""
         for pid in pids:

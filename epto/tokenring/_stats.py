@@ -1,15 +1,46 @@
-"""The counters a token-ring process reports (:meth:`TokenRingProcess.statistics`)."""
+"""The counters a token-ring process keeps, and what it reports
+(:meth:`TokenRingProcess.statistics`).
+
+Rules:
+
+* :class:`Counters` is one small object shared by the parts of a process;
+  each counter is raised by the one part that does what it counts
+  (``broadcasts`` by the data path, ``tokens`` by the token path, ``light``,
+  ``full`` and ``proposals`` by the view change, ``fetches`` by the fetcher,
+  ``sent`` by the outbox, ``received`` by the process), only ever by adding.
+* Reading them (building :class:`TokenRingStatistics`) changes nothing.
+"""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import attrs
 
 from .._event import ProcessId
 
-if TYPE_CHECKING:
-    from ._process import TokenRingProcess
+
+class Counters:
+    """What a process did, counted since it started."""
+
+    __slots__ = (
+        "broadcasts",
+        "fetches",
+        "full",
+        "light",
+        "proposals",
+        "received",
+        "sent",
+        "tokens",
+    )
+
+    def __init__(self) -> None:
+        self.broadcasts = 0
+        self.tokens = 0
+        self.light = 0
+        self.full = 0
+        self.proposals = 0
+        self.fetches = 0
+        self.sent = 0
+        self.received = 0
 
 
 @attrs.frozen(kw_only=True, slots=True)
@@ -39,30 +70,3 @@ class TokenRingStatistics:
     protocol's own repairs cover them)."""
     exclusion: str | None = None
     """Why the process left the view for good (see ``TokenRingProcess.exclusion``)."""
-
-
-def statistics_of(p: TokenRingProcess) -> TokenRingStatistics:
-    c = p._counts
-    links = p._links.statistics()
-    return TokenRingStatistics(
-        role=p.role.value,
-        instance=p.config.instance,
-        view=p.config.view,
-        core=p.config.core,
-        members=p.config.members,
-        broadcasts=c["broadcasts"],
-        delivered=p._book.delivered_count,
-        next_deliver=p._book.next_deliver,
-        stable=p._book.stable,
-        tokens_accepted=c["tokens"],
-        light_changes=c["light"],
-        full_changes=c["full"],
-        proposals=c["proposals"],
-        fetches=c["fetches"],
-        messages_sent=c["sent"],
-        messages_received=c["received"],
-        messages_resent=links.resent,
-        link_gaps=links.gaps,
-        messages_let_go=links.let_go,
-        exclusion=p.exclusion,
-    )

@@ -1,140 +1,46 @@
 """The token path of a token-ring process: accepting the token (once every
-message sequenced before is here), acknowledging it, sequencing and passing it.
+message sequenced before is here), acknowledging it, sequencing and passing
+it, sending it again until acknowledged, and the order notices that carry
+its state to every member.
 
-These functions are one half of :class:`TokenRingProcess` (the data path is
-the other, in :mod:`._datapath`); they read and write its state directly and
-live apart only to keep modules short.
+Rules:
+
+* One token per configuration, its states a chain ordered by ``hop``
+  (:mod:`._sequencer`). ``snap`` is the most advanced state of the current
+  configuration's token known here; it only moves forward within a
+  configuration, and restarts from the decided state at each install.
+* A core member accepts a token (``pending``, with its sender) only when it
+  holds every message sequenced before it (``OrderBook.holds_through``);
+  until then the fetcher wants. It accepts a hop at most once
+  (``accepted_hop``), acknowledging a retransmission of one it accepted.
+* The holder keeps the token ``token_hold`` (``pass_at``), or passes it at
+  once when a full batch is waiting that this visit could sequence and the
+  window has room for it or can drain (:meth:`TokenPath.hurry`). A visit
+  sequences what the window allows: at most ``max_unstable_messages`` and
+  ``max_unstable_bytes`` (:meth:`TokenPath.window_room`).
+* A token passed (``passed``) is sent again to the same member every
+  ``max(fetch_timeout, suspect_timeout / 2)`` until it is acknowledged or a
+  later hop is known here.
+* A fenced process (it promised in a view change, ``fenced_since``) takes no
+  part in the token: it drops what it holds and ignores tokens and notices
+  until a decision is installed.
+* Only this object writes its state; the other parts read ``token``,
+  ``pending``, ``snap``, ``token_seen`` (when a token was last accepted or
+  heard of) and ``fenced_since``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from collections.abc import Callable
 
-from .._event import ProcessId
+from .._event import EventId, ProcessId
 from . import _sequencer as seqr
-from ._membership import Role
+from ._fetch import Fetcher
+from ._membership import Input, Role
 from ._messages import ConfigRequest, Order, Token, TokenAck, TokenState
-
-if TYPE_CHECKING:
-    from ._process import TokenRingProcess
-
-
-def on_token(p: TokenRingProcess, sender: ProcessId, msg: Token, now: float) -> None:
-    state = msg.state
-    if state.instance > p.config.instance:
-        p._send(sender, ConfigRequest())
-        return
-    if state.instance < p.config.instance or p._fenced_since is not None or p.role is not Role.CORE:
-        return
-    if state.hop <= p._accepted_hop:
-        # A retransmission of a token already accepted here.
-        p._send(sender, TokenAck(instance=state.instance, hop=state.hop))
-        return
-    if p._pending is not None and p._pending[1].hop >= state.hop:
-        return
-    p._pending = (sender, state)
-    p._try_accept(now)
-
-
-def on_token_ack(p: TokenRingProcess, sender: ProcessId, msg: TokenAck, now: float) -> None:
-    passed = p._passed
-    if (
-        passed is not None
-        and passed[0] == sender
-        and msg.instance == passed[1].instance
-        and msg.hop >= passed[1].hop
-    ):
-        p._passed = None
-
-
-def try_accept(p: TokenRingProcess, now: float) -> None:
-    assert p._pending is not None
-    sender, state = p._pending
-    p._learn(state)
-    if p.role is not Role.CORE or not p._book.holds_through(state.next_seq):
-        if p._fetch_since is None:
-            p._fetch_since = now
-        return
-    p._pending = None
-    p._accepted_hop = state.hop
-    if sender != p.pid:
-        p._send(sender, TokenAck(instance=state.instance, hop=state.hop))
-    accepted = seqr.accept(state, p.pid, p.config.core, p._k())
-    p._counts["tokens"] += 1
-    p._token_seen = now
-    p._take(accepted, state.stable)
-    p._token = accepted
-    # With a full batch waiting, pass at once (see _hurry_token).
-    p._pass_at = now if hurry(p, accepted) else now + p.cfg.token_hold
-
-
-def hurry(p: TokenRingProcess, token: TokenState) -> bool:
-    """Whether the holder of ``token`` passes it at once instead of holding it
-    ``token_hold``: a full batch is waiting, and either the window has room
-    for it or passing drains the window (the core has ``k`` members, so the
-    batches it carries become stable and leave it once every core member
-    accepted). A token whose window cannot drain (a core below ``k``) is held
-    as usual instead of going round at the links' speed."""
-    want = min(p.cfg.max_batch, seqr.BATCH_IDS)
-    pool = p._book.pool
-    if len(pool) < want or len(seqr.pick(token, pool, want)) < want:
-        # Not a full batch that this visit could sequence (a source's next
-        # message may be missing): passing at once would send the token round
-        # at the links' speed without sequencing anything.
-        return False
-    if len(p.config.core) >= p._k():
-        return True
-    count, room = window_room(p, token)
-    return count > 0 and room > 0
-
-
-def take(p: TokenRingProcess, state: TokenState, before: int) -> None:
-    p._learn(state)
-    if state.stable > before:
-        book = p._book
-        assigned = []
-        # The notice carries the state, whose batches hold every assignment
-        # from ``low`` on: list only the newly stable ones below it.
-        for seq in range(before, min(state.stable, state.low)):
-            eid = book.assignment(seq)
-            if eid is not None:
-                assigned.append((seq, eid))
-        p._send_all(Order(state=state, assigned=tuple(assigned)))
-
-
-def window_room(p: TokenRingProcess, token: TokenState) -> tuple[int, int]:
-    """How many messages, and how many bytes of them, the holder may still
-    sequence without taking the token's window (what a full view change
-    would exchange) beyond ``max_unstable_messages`` / ``max_unstable_bytes``.
-
-    The bytes are the messages' payloads and signatures plus, per batch (the
-    one this visit would add included), :func:`batch_bytes`. An empty window
-    admits one message whatever its size; a window whose bytes are not all
-    known here (a payload this member does not keep) counts as full, which
-    only pauses sequencing until the token has gone round."""
-    cfg = p.cfg
-    per_batch = batch_bytes(len(p.config.members))
-    if not token.batches:
-        return cfg.max_unstable_messages, max(0, cfg.max_unstable_bytes - per_batch)
-    cache = p._window_bytes
-    book = p._book
-    used = 0
-    for b in token.batches:
-        known = cache.get(b.first)
-        if known is not None and known[0] == b.ids:
-            used += known[1]
-            continue
-        size = book.window_bytes(b.first, b.ids)
-        if size is None:
-            return 0, 0
-        cache[b.first] = (b.ids, size)
-        used += size
-    if len(cache) > 4 * len(token.batches) + 64:
-        low = token.batches[0].first
-        p._window_bytes = {f: v for f, v in cache.items() if f >= low}
-    count = cfg.max_unstable_messages - sum(len(b.ids) for b in token.batches)
-    room = cfg.max_unstable_bytes - used - per_batch * (len(token.batches) + 1)
-    return max(0, count), max(0, room)
+from ._outbox import Outbox
+from ._shared import Shared
 
 
 def batch_bytes(members: int) -> int:
@@ -146,41 +52,316 @@ def batch_bytes(members: int) -> int:
     return 16 + 8 * members
 
 
-def pass_token(p: TokenRingProcess, now: float) -> None:
-    token = p._token
-    assert token is not None
-    pool = p._book.pool
-    counters = dict(token.sources)
-    for eid in [e for e in pool if e[1] < counters.get(e[0], 0)]:
-        del pool[eid]
-    count_room, byte_room = window_room(p, token)
-    ids = seqr.pick(
-        token,
-        pool,
-        min(p.cfg.max_batch, count_room),
-        room=byte_room,
-        cost=lambda eid: seqr.event_bytes(pool[eid]),
-        first_free=not token.batches,
+class TokenPath:
+    """The token as one process sees it."""
+
+    __slots__ = (
+        "_accepted_hop",
+        "_fetch",
+        "_leave",
+        "_out",
+        "_passed",
+        "_s",
+        "_window_bytes",
+        "fenced_since",
+        "pass_at",
+        "pending",
+        "snap",
+        "token",
+        "token_seen",
     )
-    new = seqr.sequence(token, p.pid, ids, p.config.core, p._k())
-    # Record the new assignments: the batches the new state still carries are
-    # learned as batches (a snapshot carrying them again is then skipped); the
-    # first ones, if every core member already holds them (a core of one),
-    # one by one.
-    created = [b for b in new.batches if b.first >= token.next_seq]
-    dropped = len(ids) - sum(len(b.ids) for b in created)
-    if dropped:
-        p._book.learn([(token.next_seq + i, ids[i]) for i in range(dropped)], 0)
-    p._book.learn_batches(created, 0)
-    p._take(new, token.stable)
-    core = p.config.core
-    nxt = core[(core.index(p.pid) + 1) % len(core)]
-    if nxt == p.pid:
-        p._token = new
-        p._token_seen = now
-        busy = bool(p._book.pool)
-        p._pass_at = now + (p.cfg.token_hold if busy else p.cfg.heartbeat_interval)
-        return
-    p._token = None
-    p._send(nxt, Token(state=new))
-    p._passed = (nxt, new, now)
+
+    def __init__(
+        self,
+        shared: Shared,
+        out: Outbox,
+        fetch: Fetcher,
+        leave: Callable[[Input], None],
+        now: float,
+    ) -> None:
+        self._s = shared
+        self._out = out
+        self._fetch = fetch
+        self._leave = leave
+        self.snap: TokenState = shared.config.state
+        self.token: TokenState | None = None
+        self.pending: tuple[ProcessId, TokenState] | None = None
+        self._passed: tuple[ProcessId, TokenState, float] | None = None
+        self._accepted_hop = -1
+        """Hop of the last token of the current configuration accepted here."""
+        self._window_bytes: dict[int, tuple[tuple[EventId, ...], int]] = {}
+        """Bytes of the token's batches (first position -> ids, bytes), see
+        :meth:`window_room`."""
+        self.pass_at = math.inf
+        self.token_seen = now
+        self.fenced_since: float | None = None
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Drop the token, the one waiting here and the one passed."""
+        self.token = None
+        self.pending = None
+        self._passed = None
+
+    def fence(self, now: float) -> None:
+        """A promise was made: take no part in the current token."""
+        if self.fenced_since is None:
+            self.fenced_since = now
+        self.token = None
+        self.pending = None
+        self._passed = None
+
+    def restart(self, state: TokenState, now: float) -> None:
+        """A configuration was installed: its token starts from ``state``."""
+        self.snap = state
+        self.fenced_since = None
+        self.token = None
+        self.pending = None
+        self._passed = None
+        self._accepted_hop = -1
+        self.token_seen = now
+
+    def wants_change(self, now: float) -> bool:
+        """Whether the token is lost (a core member has not seen it for
+        ``token_timeout``) or this process has been fenced too long."""
+        s = self._s
+        cfg = s.cfg
+        token_lost = (
+            s.role is Role.CORE
+            and self.token is None
+            and self.pending is None
+            and now - self.token_seen > cfg.token_timeout
+        )
+        stuck = self.fenced_since is not None and now - self.fenced_since > cfg.change_timeout
+        return token_lost or stuck
+
+    # -- timers ---------------------------------------------------------------
+
+    def _resend_period(self) -> float:
+        cfg = self._s.cfg
+        return max(cfg.fetch_timeout, cfg.suspect_timeout / 2)
+
+    def timer(self) -> float:
+        t = self.pass_at if self.token is not None else math.inf
+        if self._passed is not None:
+            t = min(t, self._passed[2] + self._resend_period())
+        return t
+
+    def tick(self, now: float) -> None:
+        if self.token is not None and now >= self.pass_at:
+            self.pass_token(now)
+        passed = self._passed
+        if passed is not None and now >= passed[2] + self._resend_period():
+            # No acknowledgement: the link may have broken with the token in
+            # flight. Send the same token again, to the same member.
+            self._out.send(passed[0], Token(state=passed[1]))
+            self._passed = (passed[0], passed[1], now)
+
+    # -- receiving ------------------------------------------------------------
+
+    def on_token(self, sender: ProcessId, msg: Token, now: float) -> None:
+        s = self._s
+        state = msg.state
+        if state.instance > s.config.instance:
+            self._out.send(sender, ConfigRequest())
+            return
+        if (
+            state.instance < s.config.instance
+            or self.fenced_since is not None
+            or s.role is not Role.CORE
+        ):
+            return
+        if state.hop <= self._accepted_hop:
+            # A retransmission of a token already accepted here.
+            self._out.send(sender, TokenAck(instance=state.instance, hop=state.hop))
+            return
+        if self.pending is not None and self.pending[1].hop >= state.hop:
+            return
+        self.offer(sender, state, now)
+
+    def on_token_ack(self, sender: ProcessId, msg: TokenAck, now: float) -> None:
+        passed = self._passed
+        if (
+            passed is not None
+            and passed[0] == sender
+            and msg.instance == passed[1].instance
+            and msg.hop >= passed[1].hop
+        ):
+            self._passed = None
+
+    def on_order(self, sender: ProcessId, msg: Order, now: float) -> None:
+        if msg.state.instance != self._s.config.instance or self.fenced_since is not None:
+            return
+        if msg.state.hop > self.snap.hop:
+            self.token_seen = now
+            self._fetch.heard_order(sender)
+        try:
+            self._s.book.learn(msg.assigned, 0)
+        except seqr.Divergence:
+            self._leave(Input.DIVERGED)
+            return
+        self.learn(msg.state)
+
+    def learn(self, state: TokenState) -> None:
+        """Take in a snapshot of the current instance's token."""
+        book = self._s.book
+        try:
+            book.learn_batches(state.batches, state.stable)
+            book.check_digest(state.low, state.low_digest)
+        except seqr.Divergence:
+            self._leave(Input.DIVERGED)
+            return
+        book.keep_from(state.low)
+        if state.hop > self.snap.hop:
+            self.snap = state
+        passed = self._passed
+        if passed is not None and state.hop > passed[1].hop:
+            self._passed = None
+
+    # -- accepting, sequencing, passing ---------------------------------------
+
+    def offer(self, sender: ProcessId, state: TokenState, now: float) -> None:
+        """The token ``state`` from ``sender`` waits here until it can be accepted."""
+        self.pending = (sender, state)
+        self.try_accept(now)
+
+    def try_accept(self, now: float) -> None:
+        assert self.pending is not None
+        s = self._s
+        sender, state = self.pending
+        self.learn(state)
+        if s.role is not Role.CORE or not s.book.holds_through(state.next_seq):
+            self._fetch.start(now)
+            return
+        self.pending = None
+        self._accepted_hop = state.hop
+        if sender != s.pid:
+            self._out.send(sender, TokenAck(instance=state.instance, hop=state.hop))
+        accepted = seqr.accept(state, s.pid, s.config.core, s.k())
+        s.counts.tokens += 1
+        self.token_seen = now
+        self._take(accepted, state.stable)
+        self.token = accepted
+        # With a full batch waiting, pass at once (see hurry_token).
+        self.pass_at = now if self.hurry(accepted) else now + s.cfg.token_hold
+
+    def hurry_token(self, now: float) -> None:
+        """A message arrived or was broadcast: pass sooner if that helps."""
+        token = self.token
+        if token is None or self.pass_at <= now:
+            return
+        if self.hurry(token):
+            # A full batch is waiting: holding the token longer gains nothing.
+            self.pass_at = min(self.pass_at, now)
+        elif len(self._s.config.core) == 1:
+            self.pass_at = min(self.pass_at, now + self._s.cfg.token_hold)
+
+    def hurry(self, token: TokenState) -> bool:
+        """Whether the holder of ``token`` passes it at once instead of holding it
+        ``token_hold``: a full batch is waiting, and either the window has room
+        for it or passing drains the window (the core has ``k`` members, so the
+        batches it carries become stable and leave it once every core member
+        accepted). A token whose window cannot drain (a core below ``k``) is held
+        as usual instead of going round at the links' speed."""
+        s = self._s
+        want = min(s.cfg.max_batch, seqr.BATCH_IDS)
+        pool = s.book.pool
+        if len(pool) < want or len(seqr.pick(token, pool, want)) < want:
+            # Not a full batch that this visit could sequence (a source's next
+            # message may be missing): passing at once would send the token round
+            # at the links' speed without sequencing anything.
+            return False
+        if len(s.config.core) >= s.k():
+            return True
+        count, room = self.window_room(token)
+        return count > 0 and room > 0
+
+    def _take(self, state: TokenState, before: int) -> None:
+        self.learn(state)
+        if state.stable > before:
+            book = self._s.book
+            assigned = []
+            # The notice carries the state, whose batches hold every assignment
+            # from ``low`` on: list only the newly stable ones below it.
+            for seq in range(before, min(state.stable, state.low)):
+                eid = book.assignment(seq)
+                if eid is not None:
+                    assigned.append((seq, eid))
+            self._out.send_all(Order(state=state, assigned=tuple(assigned)))
+
+    def window_room(self, token: TokenState) -> tuple[int, int]:
+        """How many messages, and how many bytes of them, the holder may still
+        sequence without taking the token's window (what a full view change
+        would exchange) beyond ``max_unstable_messages`` / ``max_unstable_bytes``.
+
+        The bytes are the messages' payloads and signatures plus, per batch (the
+        one this visit would add included), :func:`batch_bytes`. An empty window
+        admits one message whatever its size; a window whose bytes are not all
+        known here (a payload this member does not keep) counts as full, which
+        only pauses sequencing until the token has gone round."""
+        s = self._s
+        cfg = s.cfg
+        per_batch = batch_bytes(len(s.config.members))
+        if not token.batches:
+            return cfg.max_unstable_messages, max(0, cfg.max_unstable_bytes - per_batch)
+        cache = self._window_bytes
+        book = s.book
+        used = 0
+        for b in token.batches:
+            known = cache.get(b.first)
+            if known is not None and known[0] == b.ids:
+                used += known[1]
+                continue
+            size = book.window_bytes(b.first, b.ids)
+            if size is None:
+                return 0, 0
+            cache[b.first] = (b.ids, size)
+            used += size
+        if len(cache) > 4 * len(token.batches) + 64:
+            low = token.batches[0].first
+            self._window_bytes = {f: v for f, v in cache.items() if f >= low}
+        count = cfg.max_unstable_messages - sum(len(b.ids) for b in token.batches)
+        room = cfg.max_unstable_bytes - used - per_batch * (len(token.batches) + 1)
+        return max(0, count), max(0, room)
+
+    def pass_token(self, now: float) -> None:
+        token = self.token
+        assert token is not None
+        s = self._s
+        book = s.book
+        pool = book.pool
+        counters = dict(token.sources)
+        for eid in [e for e in pool if e[1] < counters.get(e[0], 0)]:
+            del pool[eid]
+        count_room, byte_room = self.window_room(token)
+        ids = seqr.pick(
+            token,
+            pool,
+            min(s.cfg.max_batch, count_room),
+            room=byte_room,
+            cost=lambda eid: seqr.event_bytes(pool[eid]),
+            first_free=not token.batches,
+        )
+        new = seqr.sequence(token, s.pid, ids, s.config.core, s.k())
+        # Record the new assignments: the batches the new state still carries are
+        # learned as batches (a snapshot carrying them again is then skipped); the
+        # first ones, if every core member already holds them (a core of one),
+        # one by one.
+        created = [b for b in new.batches if b.first >= token.next_seq]
+        dropped = len(ids) - sum(len(b.ids) for b in created)
+        if dropped:
+            book.learn([(token.next_seq + i, ids[i]) for i in range(dropped)], 0)
+        book.learn_batches(created, 0)
+        self._take(new, token.stable)
+        core = s.config.core
+        nxt = core[(core.index(s.pid) + 1) % len(core)]
+        if nxt == s.pid:
+            self.token = new
+            self.token_seen = now
+            busy = bool(book.pool)
+            self.pass_at = now + (s.cfg.token_hold if busy else s.cfg.heartbeat_interval)
+            return
+        self.token = None
+        self._out.send(nxt, Token(state=new))
+        self._passed = (nxt, new, now)

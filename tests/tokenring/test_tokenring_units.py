@@ -166,3 +166,36 @@ def test_single_member_group_delivers_its_own_broadcasts() -> None:
         t = max(t, proc.get_timer())
         proc.handle_timer(t)
     assert [d.event.id for d in proc.deliveries()] == ids
+
+
+def test_statistics_change_nothing() -> None:
+    """Reading the counters has no effect: the same outputs follow with or
+    without calls to statistics() in between."""
+
+    def run(read: bool) -> list[object]:
+        procs = {
+            p: TokenRingProcess(
+                p, TokenRingConfig(), rng=random.Random(p), now=0.0, members=[1, 2, 3]
+            )
+            for p in (1, 2, 3)
+        }
+        seen: list[object] = []
+        t = 0.0
+        for step in range(300):
+            if step % 10 == 0:
+                procs[1 + step % 3].broadcast(b"m%d" % step, t)
+            for pid, proc in procs.items():
+                if read:
+                    before = proc.statistics()
+                    assert proc.statistics() == before
+                proc.handle_timer(t)
+                for dest, msg in proc.messages_to_send():
+                    seen.append((pid, dest, msg))
+                    procs[dest].receive(pid, msg, t + 0.001)
+                seen.extend(d.event.id for d in proc.deliveries())
+                seen.append((proc.get_timer(), proc.holds_token(), proc.memory_sizes()))
+            t += 0.002
+        seen.extend(proc.statistics() for proc in procs.values())
+        return seen
+
+    assert run(read=True) == run(read=False)

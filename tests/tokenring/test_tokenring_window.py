@@ -20,7 +20,6 @@ from epto.tokenring import (
     TokenState,
     token_ring_registry,
 )
-from epto.tokenring._change import install
 from epto.tokenring._messages import Accept, Batch, Decided, Prepare, Promise, Report, Token
 from epto.tokenring._sequencer import pick, relabel
 from epto.tokenring._tokenpath import batch_bytes
@@ -238,7 +237,7 @@ def test_the_holder_pauses_while_the_window_is_full_and_everything_is_delivered(
     # one went through an empty window, alone.
     assert max(windows) == 3
     assert lone and all(len(batches) == 1 and batches[0].ids == (big,) for batches in lone)
-    sequences = [[d for d in p._book.log.values()] for p in procs.values()]
+    sequences = [[d for d in p._s.book.log.values()] for p in procs.values()]
     assert all(len(s) == 21 for s in sequences)
     assert {e.id for e in sequences[0]} == set(ids) | {big}
 
@@ -277,9 +276,9 @@ def test_a_full_window_that_cannot_drain_does_not_send_the_token_round_at_link_s
     }
     core = (1, 2)
     for proc in procs.values():
-        state = relabel(proc._snap, 1, core, cfg.effective_k(5, 2))
+        state = relabel(proc._tokens.snap, 1, core, cfg.effective_k(5, 2))
         config = RingConfig(instance=1, view=0, members=tuple(members), core=core, state=state)
-        install(proc, config, 0.0)
+        proc._change.install(config, 0.0)
         proc.messages_to_send()
     for i in range(40):
         procs[1 + i % 2].broadcast(b"w%d" % i, 0.0)

@@ -1,0 +1,167 @@
+"""What leaves a token-ring process: the messages waiting for the driver, the
+own broadcasts waiting to leave as one message, the link sessions
+(:mod:`._links`) and the heartbeats that carry their counters, and the
+answers rate-limited per destination.
+
+Rules:
+
+* Every message leaves through :meth:`Outbox.send` (or, for a repair, in one
+  block from :meth:`Outbox.on_heartbeat`), which numbers it in its link
+  session and counts it in ``counts.sent``.
+* Own broadcasts are buffered and leave as one ``Data`` or ``DataBatch`` to
+  every member, before anything sent after them (links are FIFO): every send
+  flushes the buffer first, and so does the driver's pull
+  (:meth:`Outbox.take`); a buffer of ``BATCH_IDS`` leaves at once.
+* A heartbeat goes to every other member every ``heartbeat_interval``; a
+  heartbeat that reports a loss on our link is answered at once, and one that
+  says the peer lacks ours is answered with them, framed by two heartbeats
+  that number them.
+* A rate-limited answer goes to a destination at most once per
+  ``fetch_timeout``, and this object remembers at most
+  ``4 * MAX_JOINERS + len(members)`` destinations: past that it forgets the
+  quiet ones, and refuses (``rate-limited``) if none is quiet.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import attrs
+
+from .._event import Event, ProcessId
+from ._bounds import MAX_JOINERS
+from ._links import LinkSessions, LinkStatistics
+from ._messages import ConfigRequest, Data, DataBatch, Decided, Heartbeat, Message
+from ._sequencer import BATCH_IDS
+from ._shared import Shared
+
+
+class Outbox:
+    """The outgoing side of one process."""
+
+    __slots__ = ("_links", "_out", "_replied", "_s", "_unsent", "arrived", "hb_at")
+
+    def __init__(self, shared: Shared, now: float) -> None:
+        self._s = shared
+        self._links = LinkSessions(
+            capacity=shared.cfg.max_unstable_messages, repair_interval=shared.cfg.fetch_timeout
+        )
+        self._out: list[tuple[ProcessId, Message]] = []
+        self._unsent: list[Event] = []
+        """Own broadcasts not handed out yet: they leave as one message."""
+        self._replied: dict[ProcessId, float] = {}
+        self.hb_at = now
+        """When the next heartbeats are due (written only here)."""
+        self.arrived: Callable[[ProcessId, Message], None] = self._links.arrived
+        """Count a message that arrived (the link sessions' own method, bound
+        here: it runs once per message received)."""
+
+    # -- sending ------------------------------------------------------------
+
+    def send(self, dest: ProcessId, message: Message) -> None:
+        if self._unsent:
+            # Own broadcasts leave before anything sent after them (FIFO links).
+            self.flush()
+        self._out.append((dest, message))
+        self._links.sent(dest, message)
+        self._s.counts.sent += 1
+
+    def send_all(self, message: Message, skip: ProcessId | None = None) -> None:
+        me = self._s.pid
+        for p in self._s.config.members:
+            if p != me and p != skip:
+                self.send(p, message)
+
+    def queue_own(self, event: Event) -> None:
+        """Buffer an own broadcast; a full buffer leaves at once."""
+        self._unsent.append(event)
+        if len(self._unsent) >= BATCH_IDS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send the buffered own broadcasts to every member, as one message."""
+        events = self._unsent
+        self._unsent = []
+        message: Message = (
+            Data(event=events[0]) if len(events) == 1 else DataBatch(events=tuple(events))
+        )
+        self.send_all(message)
+
+    def take(self) -> list[tuple[ProcessId, Message]]:
+        """Hand the driver everything waiting (the buffered broadcasts included)."""
+        if self._unsent:
+            self.flush()
+        out = self._out
+        self._out = []
+        return out
+
+    def rate_limited(self, dest: ProcessId, message: Message, now: float) -> None:
+        replied = self._replied
+        fetch_timeout = self._s.cfg.fetch_timeout
+        if now - replied.get(dest, -math.inf) >= fetch_timeout:
+            if len(replied) >= 4 * MAX_JOINERS + len(self._s.config.members):
+                # Bounded whatever identities ask: forget the quiet ones.
+                horizon = now - fetch_timeout
+                self._replied = replied = {p: t for p, t in replied.items() if t > horizon}
+                if len(replied) >= 4 * MAX_JOINERS + len(self._s.config.members):
+                    self._s.reject("rate-limited")
+                    return
+            replied[dest] = now
+            self.send(dest, message)
+
+    # -- link sessions and heartbeats ---------------------------------------
+
+    def track(self, peers: tuple[ProcessId, ...]) -> None:
+        """Keep link sessions with ``peers`` only."""
+        self._links.track(peers)
+
+    def heartbeats_due(self, now: float) -> bool:
+        """Send the heartbeats if they are due; True if they were."""
+        if now < self.hb_at:
+            return False
+        s = self._s
+        for p in s.config.members:
+            if p != s.pid:
+                self.send(p, self._heartbeat(p))
+        self.hb_at = now + s.cfg.heartbeat_interval
+        return True
+
+    def _heartbeat(self, dest: ProcessId) -> Heartbeat:
+        s = self._s
+        return self._links.heartbeat(dest, s.config.instance, s.book.next_deliver)
+
+    def on_heartbeat(self, sender: ProcessId, msg: Heartbeat, now: float) -> None:
+        s = self._s
+        s.fd.reported(sender, msg.instance, msg.delivered)
+        if msg.missing and self._unsent:
+            self.flush()  # numbered before what is sent again
+        answer, again = self._links.on_heartbeat(sender, msg, now)
+        if again:
+            # Numbered from the first one kept, so that the receiver tells
+            # duplicates from what it lacked.
+            # The heartbeat after them numbers what follows again.
+            last = self._heartbeat(sender)
+            first = attrs.evolve(last, sent=self._links.first_kept(sender))
+            self._out.append((sender, first))
+            self._out.extend((sender, m) for m in again)
+            self._out.append((sender, last))
+            s.counts.sent += 2 + len(again)
+        elif answer:
+            self.send(sender, self._heartbeat(sender))
+        if msg.instance > s.config.instance:
+            self.rate_limited(sender, ConfigRequest(), now)
+        elif msg.instance < s.config.instance:
+            self.rate_limited(sender, Decided(config=s.config), now)
+
+    # -- reporting ----------------------------------------------------------
+
+    def waiting(self) -> int:
+        """Messages not handed to the driver yet (buffered broadcasts included)."""
+        return len(self._out) + len(self._unsent)
+
+    def kept_for_links(self) -> int:
+        return self._links.sizes()
+
+    def link_statistics(self) -> LinkStatistics:
+        return self._links.statistics()
