@@ -9,8 +9,6 @@ exchange) is in :mod:`epto.wire`, for drivers. Other public modules:
 Modules whose names start with an underscore are private.
 """
 
-import typing as _typing
-
 # Engines and their configuration
 from ._config import ClockKind as ClockKind
 from ._config import Config as Config
@@ -93,29 +91,3 @@ __all__ = [
     "VerifierStatistics",
     "derive_parameters",
 ]
-
-# TRANSITION, to delete when the merge is done: the drivers under transports/
-# (rewritten elsewhere) still import these wire names from epto. They resolve
-# lazily from epto.wire, are in neither __all__ nor dir(epto), and only type
-# checkers still see them here. Once transports/ imports them from epto.wire,
-# remove this block and __getattr__.
-if _typing.TYPE_CHECKING:
-    from .wire import Ball as Ball
-    from .wire import FrameCodec as FrameCodec
-    from .wire import FrameKind as FrameKind
-    from .wire import FrameRegistry as FrameRegistry
-    from .wire import GroupSealer as GroupSealer
-    from .wire import NodeMessage as NodeMessage
-    from .wire import Reader as Reader
-
-_MOVED_TO_WIRE = frozenset(
-    {"Ball", "FrameCodec", "FrameKind", "FrameRegistry", "GroupSealer", "NodeMessage", "Reader"}
-)
-
-
-def __getattr__(name: str) -> object:
-    if name in _MOVED_TO_WIRE:
-        from . import wire
-
-        return getattr(wire, name)
-    raise AttributeError(f"module 'epto' has no attribute {name!r}")

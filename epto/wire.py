@@ -17,6 +17,7 @@ from ._frames import Frame as Frame
 from ._frames import FrameKind as FrameKind
 from ._frames import FrameRegistry as FrameRegistry
 from ._frames import Reader as Reader
+from ._limits import HEADER_SIZE as HEADER_SIZE
 
 # isort: split
 # The codec, sealing with a group key, replay protection
@@ -38,6 +39,7 @@ from ._peer_messages import ShuffleRequest as ShuffleRequest
 from ._signing import signed_message as signed_message
 
 __all__ = [
+    "HEADER_SIZE",
     "KIND_BALL",
     "KIND_LEAVE",
     "KIND_SHUFFLE_REPLY",

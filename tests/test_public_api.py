@@ -57,6 +57,7 @@ EXPORTS: dict[str, frozenset[str]] = {
     ),
     "epto.wire": frozenset(
         {
+            "HEADER_SIZE",
             "KIND_BALL",
             "KIND_LEAVE",
             "KIND_SHUFFLE_REPLY",
@@ -152,6 +153,7 @@ PUBLIC_SUBMODULES: dict[str, frozenset[str]] = {
             "benchmarks",
             "check",
             "cli",
+            "endpoint",
             "keys",
             "log",
             "params",

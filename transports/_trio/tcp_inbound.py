@@ -30,7 +30,7 @@ from typing import Protocol
 import trio
 
 from epto import Limits
-from epto._limits import HEADER_SIZE
+from epto.wire import HEADER_SIZE
 
 from .tcp_config import TokenRingNodeConfig
 from .tcp_framing import FrameReader, FramingError
