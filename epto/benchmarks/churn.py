@@ -53,7 +53,7 @@ def _quantiles(values: list[float]) -> list[float]:
 
 def _one(job: dict[str, Any]) -> dict[str, Any]:
     # mypy does not follow the package-dir mapping of epto.transports.
-    from epto.transports.virtual import (  # type: ignore[import-not-found]
+    from epto.transports.simulation import (  # type: ignore[import-not-found]
         SimulationObserver,
         SimulationSpec,
         run_simulation,

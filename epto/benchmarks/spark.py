@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def simulate(root: Path, processes: int, events: int) -> float:
     from epto.log import SimulationLogger
-    from epto.transports.virtual import (  # type: ignore[import-not-found]
+    from epto.transports.simulation import (  # type: ignore[import-not-found]
         SimulationSpec,
         run_simulation,
     )

@@ -224,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
     from epto import ConfigurationError
 
     # mypy does not follow the package-dir mapping of epto.transports.
-    from epto.transports.virtual import (  # type: ignore[import-not-found]
+    from epto.transports.simulation import (  # type: ignore[import-not-found]
         SimulationSpec,
         run_simulation,
     )

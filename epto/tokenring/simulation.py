@@ -1,5 +1,5 @@
 """Token-ring groups run in the library's one virtual-time network:
-:class:`epto.transports.virtual.TokenRingCluster` (see docs/simulation.md).
+:class:`epto.transports.simulation.TokenRingCluster` (see docs/simulation.md).
 This module only forwards that name."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 def __getattr__(name: str) -> Any:
     if name == "TokenRingCluster":
         # mypy does not follow the package-dir mapping of epto.transports.
-        from epto.transports.virtual import TokenRingCluster  # type: ignore[import-not-found]
+        from epto.transports.simulation import TokenRingCluster  # type: ignore[import-not-found]
 
         return TokenRingCluster
     raise AttributeError(name)

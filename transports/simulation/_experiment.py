@@ -27,8 +27,8 @@ from epto.tokenring import TokenRingConfig
 from ._calendar import SimulationStalled
 from ._cluster import Cluster
 from ._network import NetworkStatistics
+from ._simulation import Simulation, SimulationObserver
 from ._spec import SimulationSpec
-from ._virtual import Simulation, SimulationObserver
 
 Settled = Literal["complete", "quiescent", "round-limit", "stalled"]
 

@@ -10,7 +10,7 @@ from epto import Config, Delivery, DeliveryTag, EventId, ProcessId
 from epto.check import CheckReport, check
 from epto.tokenring import TokenRingConfig
 
-from ._virtual import Simulation, SimulationObserver
+from ._simulation import Simulation, SimulationObserver
 
 
 class DeliveryRecorder(SimulationObserver):

@@ -11,7 +11,7 @@ from epto.tokenring import TokenRingConfig, TokenRingProcess
 
 from ._cluster import Cluster
 from ._latency import LatencyModel, UniformLatency
-from ._virtual import SimulationObserver
+from ._simulation import SimulationObserver
 
 
 class PositionRecorder(SimulationObserver):

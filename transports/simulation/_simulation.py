@@ -74,7 +74,7 @@ class Simulation(Members):
     ``max_items_per_instant`` bounds the queue items due at one instant of
     virtual time (``None``: 1,000,000 or 1,000 per live process, whichever is
     larger): past it, :meth:`run_until` raises
-    :class:`~epto.transports.virtual.SimulationStalled` rather than spin
+    :class:`~epto.transports.simulation.SimulationStalled` rather than spin
     forever on a run that makes no progress in virtual time.
     """
 

@@ -23,11 +23,11 @@ from epto.tokenring import TokenRingProcess
 
 from ._calendar import SimulationStalled
 from ._cluster import Cluster
+from ._experiment import Settled, SimulationResult, delay_summary, schedule_workload
 from ._network import ROUND_TRIP
 from ._ring_cluster import PositionRecorder
+from ._simulation import SimulationObserver
 from ._spec import SimulationSpec
-from ._virtual import SimulationObserver
-from ._virtual_run import Settled, SimulationResult, delay_summary, schedule_workload
 
 
 def run_token_ring(
