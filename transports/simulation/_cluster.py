@@ -10,7 +10,8 @@ from epto import Config, Delivery, DeliveryTag, EventId, ProcessId
 from epto.check import CheckReport, check
 from epto.tokenring import TokenRingConfig
 
-from ._simulation import Simulation, SimulationObserver
+from ._members import SimulationObserver
+from ._simulation import Simulation
 
 
 class DeliveryRecorder(SimulationObserver):

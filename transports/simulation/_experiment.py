@@ -35,8 +35,9 @@ from epto.tokenring import TokenRingConfig
 from ._calendar import SimulationStalled
 from ._cluster import Cluster
 from ._engines import ENGINES
+from ._members import SimulationObserver
 from ._network import ROUND_TRIP, NetworkStatistics
-from ._simulation import Simulation, SimulationObserver
+from ._simulation import Simulation
 from ._spec import SimulationSpec
 
 Settled = Literal["complete", "quiescent", "round-limit", "stalled"]

@@ -48,9 +48,9 @@ from epto.tokenring import TokenRingConfig
 
 from ._calendar import ARRIVE, ARRIVE_MANY, LINK, PEER, TIMER, VERSIONED_TIMER
 from ._engines import engine_for
-from ._members import Engine, Member, Members, SimulationObserver
+from ._members import Engine, Member, Members
 
-__all__ = ["Simulation", "SimulationObserver"]
+__all__ = ["Simulation"]
 
 
 class Simulation(Members):
