@@ -50,6 +50,11 @@ Validation:
     a message with too many entries, duplicate entries, an entry for the
     receiver itself, a bad id, age or address, or of an unknown type raises
     :class:`RemoteProtocolError` before anything changes; the fault is counted.
+
+Size: one protocol's state machine (about 480 lines), kept whole so that
+the rules above and the code that keeps them read in one place; its
+messages and their codec live apart (``_peer_messages.py``,
+``_frame_bodies.py``).
 """
 
 from __future__ import annotations

@@ -26,6 +26,10 @@ bounds is what keeps a process whose clock a peer pushed to the cap from
 broadcasting events the others refuse. A :class:`LayeredBall` (what processes hand each other in
 one Python process) is taken in constant time when its largest timestamp and
 its ttls are in bounds, and entry by entry otherwise.
+
+Size: Algorithm 1 with its bounds on what peers claim (about 450 lines);
+the ordering rules are apart (``_ordering.py``), and what is left is one
+state machine whose entry points share the ball and clock state.
 """
 
 from __future__ import annotations
@@ -335,6 +339,11 @@ class Process:
         }
         sizes.update(self._ordering.memory_sizes())
         return sizes
+
+    @property
+    def rounds(self) -> int:
+        """Rounds run so far (cheap: :meth:`statistics` also sizes the next ball)."""
+        return self._rounds
 
     def statistics(self) -> ProcessStatistics:
         return ProcessStatistics(

@@ -186,7 +186,7 @@ def first_receipts(broadcast_times: dict[Any, float], delays: list[float]) -> It
 
 
 def run_one(cfg: dict[str, Any]) -> dict[str, Any]:
-    from epto.transports.virtual import SimulationObserver, SimulationSpec, run_simulation
+    from epto.transports.simulation import SimulationObserver, SimulationSpec, run_simulation
 
     fields = {k: v for k, v in cfg.items() if k not in ("label", "baseline")}
     spec = SimulationSpec(**fields)

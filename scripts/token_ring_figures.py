@@ -17,7 +17,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from epto.transports.virtual import TokenRingCluster
+from epto.transports.simulation import TokenRingCluster
 
 from epto.tokenring import TokenRingConfig
 

@@ -3,7 +3,7 @@ fanout and TTL, no loss, latency below the round length: no holes."""
 
 from __future__ import annotations
 
-from epto.transports.virtual import Cluster, UniformLatency
+from epto.transports.simulation import Cluster, UniformLatency
 
 from epto import Config
 

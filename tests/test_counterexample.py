@@ -28,7 +28,7 @@ t     what happens
 from __future__ import annotations
 
 import pytest
-from epto.transports.virtual import (
+from epto.transports.simulation import (
     ConstantLatency,
     DeliveryRecorder,
     Simulation,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from epto.transports.virtual import Cluster
+from epto.transports.simulation import Cluster
 
 from epto import Event, Process
 from epto.check import check

@@ -4,7 +4,7 @@ pass through each process and ``memory_sizes()`` stays flat."""
 from __future__ import annotations
 
 import pytest
-from epto.transports.virtual import Cluster, UniformLatency
+from epto.transports.simulation import Cluster, UniformLatency
 
 from epto import Config
 

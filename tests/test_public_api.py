@@ -140,11 +140,47 @@ EXPORTS: dict[str, frozenset[str]] = {
     ),
     "epto.params": frozenset({"Parameters", "derive_parameters", "fanout_for", "ttl_for"}),
     "epto.stability": frozenset({"StabilityEstimate", "estimate"}),
-    # ---------------------------------------------------------------------------
-    # TO ADD: epto.transports and its public submodules (memory, trio_udp,
-    # trio_tcp, trio_node, zmq_node, virtual, simulation...) once their rewrite
-    # has settled; pin them here like the modules above.
-    # ---------------------------------------------------------------------------
+    "epto.endpoint": frozenset(
+        {
+            "Address",
+            "AddressBook",
+            "Endpoint",
+            "EndpointStatistics",
+            "EptoEndpoint",
+            "EptoEndpointStatistics",
+            "Mode",
+            "NodeConfig",
+            "OPENER_MAX",
+            "OverflowPolicy",
+            "TokenRingEndpoint",
+            "TokenRingEndpointStatistics",
+            "Transmit",
+            "join_host_port",
+            "parse_host_port",
+            "split_encode",
+        }
+    ),
+    "epto.transports": frozenset(
+        {"DeliveryOverflowError", "Mode", "NodeConfig", "OverflowPolicy", "TransportStatistics"}
+    ),
+    "epto.transports.simulation": frozenset(
+        {
+            "Cluster",
+            "ConstantLatency",
+            "DeliveryRecorder",
+            "LatencyModel",
+            "NetworkStatistics",
+            "PlanetLabLatency",
+            "Simulation",
+            "SimulationObserver",
+            "SimulationResult",
+            "SimulationSpec",
+            "SimulationStalled",
+            "TokenRingCluster",
+            "UniformLatency",
+            "run_simulation",
+        }
+    ),
 }
 
 PUBLIC_SUBMODULES: dict[str, frozenset[str]] = {
@@ -165,6 +201,29 @@ PUBLIC_SUBMODULES: dict[str, frozenset[str]] = {
         }
     ),
     "epto.tokenring": frozenset({"simulation"}),
+    "epto.transports": frozenset(
+        {"memory", "simulation", "trio_node", "trio_tcp", "trio_udp", "zmq_node"}
+    ),
+}
+
+NODE_MODULES: dict[str, frozenset[str]] = {
+    # The driver modules hold their node's code, so their namespace shows what
+    # they import too; their __all__ (what ``import *`` gives) is pinned.
+    "epto.transports.memory": frozenset({"MemoryHub", "MemoryNode"}),
+    "epto.transports.trio_udp": frozenset({"TrioNode"}),
+    "epto.transports.trio_tcp": frozenset(
+        {"MemberExcludedError", "TokenRingNode", "TokenRingNodeConfig", "TokenRingNodeStatistics"}
+    ),
+    "epto.transports.trio_node": frozenset(
+        {
+            "GroupNode",
+            "GroupStatistics",
+            "MemberExcludedError",
+            "open_node",
+            "token_ring_node_config",
+        }
+    ),
+    "epto.transports.zmq_node": frozenset({"ZmqNode"}),
 }
 
 NEEDS = {"epto.spark": "pyspark"}
@@ -213,3 +272,11 @@ def test_public_submodules_exist() -> None:
             if f"{parent}.{name}" in NEEDS:
                 continue
             importlib.import_module(f"{parent}.{name}")
+
+
+@pytest.mark.parametrize("name", sorted(NODE_MODULES))
+def test_node_modules_all_is_pinned(name: str) -> None:
+    module = importlib.import_module(name)
+    assert set(module.__all__) == NODE_MODULES[name]
+    for exported in module.__all__:
+        assert not isinstance(getattr(module, exported), types.ModuleType)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 
-from epto.transports.virtual import (
+from epto.transports.simulation import (
     Cluster,
     ConstantLatency,
     LatencyModel,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import attrs
 import pytest
-from epto.transports.virtual import (
+from epto.transports.simulation import (
     SimulationObserver,
     SimulationSpec,
     run_simulation,

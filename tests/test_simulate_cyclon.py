@@ -7,7 +7,7 @@ from pathlib import Path
 
 import attrs
 import pytest
-from epto.transports.virtual import Cluster, SimulationSpec, run_simulation
+from epto.transports.simulation import Cluster, SimulationSpec, run_simulation
 
 import epto
 from epto.cli import main

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import attrs
 import pytest
-from epto.transports.virtual import (
+from epto.transports.simulation import (
     Cluster,
     ConstantLatency,
     SimulationResult,

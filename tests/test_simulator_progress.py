@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from epto.transports.virtual import (
+from epto.transports.simulation import (
     Cluster,
     ConstantLatency,
     Simulation,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from epto.transports.virtual import (
+from epto.transports.simulation import (
     Cluster,
     ConstantLatency,
     PlanetLabLatency,

@@ -8,7 +8,7 @@ receive buffer would.
 
 Nodes use real time (``trio.current_time()``), so a hub under trio's
 ``MockClock(autojump_threshold=0)`` runs a group in virtual time too. For the
-deterministic, seeded simulation network see ``epto.transports.virtual``.
+deterministic, seeded simulation network see ``epto.transports.simulation``.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ def _quantiles(values: list[float]) -> list[float]:
 
 
 def _one(job: dict[str, Any]) -> dict[str, Any]:
-    from epto.transports.virtual import (
+    from epto.transports.simulation import (
         SimulationObserver,
         SimulationSpec,
         run_simulation,

@@ -19,6 +19,10 @@ The EpTO and token-ring runs also check the three delivery sequences with
 ``epto.check``; the token-ring notes count view changes, fetches and the
 frames the TCP driver dropped during the measurement (and before it, if any).
 Needs the ``trio`` and ``zmq`` extras and PySyncObj (``pip install pysyncobj``).
+
+Size: one benchmark harness for four systems (about 500 lines): the worker
+of each system, the submitter, and the one table they are compared in;
+splitting it would scatter one measurement protocol.
 """
 
 from __future__ import annotations

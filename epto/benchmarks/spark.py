@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def simulate(root: Path, processes: int, events: int) -> float:
     from epto.log import SimulationLogger
-    from epto.transports.virtual import (
+    from epto.transports.simulation import (
         SimulationObserver,
         SimulationSpec,
         run_simulation,

@@ -222,7 +222,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from epto import ConfigurationError
-    from epto.transports.virtual import (
+    from epto.transports.simulation import (
         SimulationObserver,
         SimulationSpec,
         run_simulation,

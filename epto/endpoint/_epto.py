@@ -155,7 +155,7 @@ class EptoEndpoint:
                 f"payload of {len(payload)} bytes exceeds limits.max_payload_size={limit}"
             )
         eid = self._node.broadcast(payload, now)  # raises to the caller, changes nothing
-        self._last_broadcast_round = self._node.process.statistics().rounds
+        self._last_broadcast_round = self._node.process.rounds
         return eid
 
     def receive(self, data: bytes, now: float, *, peer_host: str | None = None) -> bool:
@@ -242,8 +242,7 @@ class EptoEndpoint:
     def flushed(self) -> bool:
         if self._last_broadcast_round < 0:
             return True
-        rounds = self._node.process.statistics().rounds
-        return rounds > self._last_broadcast_round + self.protocol.ttl
+        return self._node.process.rounds > self._last_broadcast_round + self.protocol.ttl
 
     def statistics(self) -> EptoEndpointStatistics:
         node = self._node

@@ -32,7 +32,7 @@ The token functions (:func:`accept`, :func:`sequence`) are pure: they take a
 :class:`TokenState` and return the next one, with ``hop`` increased, so that
 the states of one token form a chain ordered by ``hop``.
 
-One module of about 500 lines, on purpose: the invariants above bind the
+Size: one module of about 500 lines, on purpose: the invariants above bind the
 token arithmetic (how ``stable``, ``low`` and the digest move) to what the
 order book does with its results, and they are checked by reading both
 together.

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from epto.transports.virtual import TokenRingCluster
+from epto.transports.simulation import TokenRingCluster
 from hostile import hostile_message
 
 from epto.tokenring import TokenRingConfig, TokenRingProcess, TokenState

@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from epto.transports.virtual import TokenRingCluster
+from epto.transports.simulation import TokenRingCluster
 from tokenring_scenarios import agreement_violations, random_run, staying_report
 
 from epto.check import check

@@ -1,11 +1,11 @@
-"""Token rings in the virtual-time network (``epto.transports.virtual``): the
+"""Token rings in the virtual-time network (``epto.transports.simulation``): the
 same scheduler, latency models, loss, partitions, churn, observers and
 checker as EpTO, over reliable FIFO links."""
 
 from __future__ import annotations
 
 import pytest
-from epto.transports.virtual import (
+from epto.transports.simulation import (
     Cluster,
     PlanetLabLatency,
     SimulationSpec,

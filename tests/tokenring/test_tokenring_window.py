@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import attrs
 import pytest
-from epto.transports.virtual import TokenRingCluster
+from epto.transports.simulation import TokenRingCluster
 
 from epto import ConfigurationError, Event, Limits, LocalProtocolError, ProcessId
 from epto.tokenring import (

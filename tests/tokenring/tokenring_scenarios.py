@@ -6,7 +6,7 @@ import random
 from collections.abc import Callable, Iterable
 
 import attrs
-from epto.transports.virtual import SimulationObserver, TokenRingCluster
+from epto.transports.simulation import SimulationObserver, TokenRingCluster
 
 from epto.check import CheckReport, check
 from epto.tokenring import TokenRingConfig

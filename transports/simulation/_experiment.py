@@ -7,8 +7,16 @@ demos call it directly. The workload follows the EpTO paper's evaluation
 length 125 ticks with 1 % drift, PlanetLab latencies; then the simulation runs
 on, without new broadcasts, until every event has been delivered or dropped
 everywhere (or a round limit passes). The same workload, network options and
-summary serve a token ring (``SimulationSpec(mode="token-ring")``,
-``_ring_run.py``).
+summary serve a token ring (``SimulationSpec(mode="token-ring")``): what
+differs, the engine says (``_engines.py``).
+
+Time is in ticks (milliseconds with the PlanetLab latencies), so the token
+ring's timeouts, given in seconds, are scaled by 1000 and kept well above the
+largest latency (:meth:`SimulationSpec.tokenring_config`). Its links are
+reliable FIFO links; loss breaks a link for one round trip of it (at least
+one tick); churn crashes members and joins new identities through
+``pss_seeds`` members of the view; the partition cuts a random fraction of
+the initial members off.
 """
 
 from __future__ import annotations
@@ -20,15 +28,17 @@ from typing import Any, Literal
 
 import attrs
 
-from epto import Config, EventId, ProcessId
+from epto import Config, ProcessId
 from epto.check import CheckReport
 from epto.tokenring import TokenRingConfig
 
 from ._calendar import SimulationStalled
 from ._cluster import Cluster
-from ._network import NetworkStatistics
+from ._engines import ENGINES
+from ._members import SimulationObserver
+from ._network import ROUND_TRIP, NetworkStatistics
+from ._simulation import Simulation
 from ._spec import SimulationSpec
-from ._virtual import Simulation, SimulationObserver
 
 Settled = Literal["complete", "quiescent", "round-limit", "stalled"]
 
@@ -81,8 +91,8 @@ class SimulationResult:
     delays: Sequence[float] = attrs.field(repr=False)
     """Every in-order delivery's delay, sorted."""
     extra_parameters: dict[str, Any] = attrs.field(factory=dict)
-    """Engine-specific figures added to ``parameters`` (token ring: ``k``,
-    view changes, exclusions)."""
+    """The engine's figures added to ``parameters`` (EpTO: fanout and TTL;
+    token ring: ``k``, view changes, exclusions)."""
 
     @property
     def failures(self) -> list[str]:
@@ -101,7 +111,7 @@ class SimulationResult:
             out.append("safety")
         if self.settled in ("stalled", "round-limit"):
             out.append(self.settled)
-        if self.spec.mode == "token-ring" or self.spec.require_agreement:
+        if ENGINES[self.spec.mode].deterministic_agreement or self.spec.require_agreement:
             if self.validity_violations:
                 out.append("validity")
             if self.holes:
@@ -139,18 +149,7 @@ class SimulationResult:
         }
 
     def _parameters(self) -> dict[str, Any]:
-        config = self.config
-        if isinstance(config, Config):
-            engine: dict[str, Any] = {
-                "fanout": config.fanout,
-                "ttl": config.ttl,
-                "fanout_derived": self.spec.fanout is None,
-                "ttl_derived": self.spec.ttl is None,
-            }
-        else:  # a token ring: no gossip parameters
-            engine = dict.fromkeys(("fanout", "ttl"), None)
-            engine.update(fanout_derived=False, ttl_derived=False)
-        return {**attrs.asdict(self.spec), **engine, **self.extra_parameters}
+        return {**attrs.asdict(self.spec), **self.extra_parameters}
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float | None:
@@ -234,13 +233,10 @@ def run_simulation(
     once per round.
     """
     spec.validate()
-    if spec.mode == "token-ring":
-        from ._ring_run import run_token_ring
-
-        return run_token_ring(spec, observers=observers, progress=progress)
     wall = time.perf_counter()
     latency = spec.latency_model()
-    config = spec.config(latency)
+    engine_type = ENGINES[spec.mode]
+    config = engine_type.configure(spec, latency)
     delta = spec.round_interval
     cluster = Cluster(
         0,
@@ -248,43 +244,25 @@ def run_simulation(
         config=config,
         latency=latency,
         loss=spec.loss,
-        drift=spec.drift,
-        jitter=spec.jitter,
         quantum=spec.quantum,
-        pss=spec.cyclon_config() or "full",
         pss_seeds=spec.pss_seeds,
+        round_interval=delta,
+        break_duration=ROUND_TRIP if spec.break_duration is None else spec.break_duration,
         max_items_per_instant=spec.max_items_per_instant,
+        **engine_type.options(spec),
     )
-    for obs in observers:
+    engine = cluster.engine
+    for obs in (*engine.observers(), *observers):
         cluster.add_observer(obs)
     cluster.add_processes(spec.processes)
     drain = spec.max_drain_rounds
     if drain is None:
-        drain = 4 * (config.ttl + math.ceil(latency.maximum / delta) + 2)
-    expected_rounds = spec.rounds + config.ttl + math.ceil(latency.maximum / delta) + 2
+        drain = engine.drain_rounds(spec, latency)
     limit = spec.rounds + drain
-    alive = cluster.processes
-    joined = cluster.joined_at
-    broadcasts = cluster.broadcasts
+    expected_rounds = engine.expected_rounds(spec, latency, limit)
     recorder = cluster.recorder
-
-    def complete() -> bool:
-        total = len(broadcasts)
-        for pid in alive:
-            got = len(recorder.sequences[pid]) + len(recorder.out_of_order.get(pid, ()))
-            if got < total:
-                since = joined[pid]
-                if since == 0.0:
-                    return False
-                owed = sum(1 for _, at in broadcasts.values() if at >= since)
-                got = sum(
-                    1
-                    for eid in (*recorder.sequences[pid], *recorder.out_of_order.get(pid, ()))
-                    if broadcasts[eid][1] >= since
-                )
-                if got < owed:
-                    return False
-        return True
+    sequences = recorder.sequences
+    out_of_order = recorder.out_of_order
 
     settled: Settled = "round-limit"
     stalled_at = None
@@ -301,14 +279,15 @@ def run_simulation(
             if progress is not None:
                 progress(done, expected_rounds)
         while True:
-            if cluster.quiescent():
+            if engine.idle():
                 settled = "quiescent"
                 break
-            if spec.stop_when_complete and complete():
+            if spec.stop_when_complete and engine.complete(sequences, out_of_order):
                 settled = "complete"
                 break
             if done >= limit:
-                if complete():  # only the gossip tail was left (--run-to-quiescence)
+                # EpTO: only the gossip tail was left (--run-to-quiescence).
+                if engine.complete(sequences, out_of_order):
                     settled = "complete"
                 break
             cluster.run_rounds(1)
@@ -319,20 +298,17 @@ def run_simulation(
         settled = "stalled"
         stalled_at = stall.at
 
-    def expected(pid: ProcessId, eid: EventId) -> bool:
-        return pid in alive and broadcasts[eid][1] >= joined[pid]
-
-    report = cluster.check(expected=expected, staying=alive)
-    delays = sorted(cluster.recorder.delays)
+    report = engine.verdict(spec, sequences)
+    delays = sorted(recorder.delays)
     return SimulationResult(
         spec=spec,
         config=config,
-        processes=len(joined),
-        processes_at_end=len(alive),
-        events=len(broadcasts),
+        processes=len(cluster.joined_at),
+        processes_at_end=len(cluster.processes),
+        events=len(cluster.broadcasts),
         events_delivered=report.events,
         deliveries=report.deliveries,
-        out_of_order_deliveries=sum(len(v) for v in cluster.recorder.out_of_order.values()),
+        out_of_order_deliveries=sum(len(v) for v in out_of_order.values()),
         holes=report.total_holes,
         processes_with_holes=sum(1 for h in report.holes.values() if h),
         validity_violations=len(report.validity_violations),
@@ -349,4 +325,5 @@ def run_simulation(
         wall_seconds=time.perf_counter() - wall,
         report=report,
         delays=delays,
+        extra_parameters=engine.figures(spec),
     )

@@ -1,42 +1,53 @@
-"""The members of the virtual-time network: EpTO processes (or Cyclon nodes)
-and token-ring processes joining, crashing and broadcasting, and their
-outputs handed to the network (``_network.py``) and to the observers. The
-run loop is :class:`Simulation` (``_virtual.py``)."""
+"""The members of the virtual-time network: processes joining, crashing and
+broadcasting, and their outputs handed to the network (``_network.py``) and
+to the observers. The run loop is :class:`Simulation` (``_simulation.py``).
+
+What differs between ordering engines (EpTO, the token ring) is behind
+:class:`Engine`, whose implementations are in ``_engines.py``: how a process
+is created and started, which link model carries its messages, how its timer
+is armed, when its outputs are drained, what "settled" means, and what a
+finished experiment owes and reports. :class:`Members` only calls them.
+
+Size: the members' life cycle (joins, crashes, churn, broadcasts, draining
+outputs) and the engine interface it calls (about 450 lines); one state
+that the run loop and the experiments share.
+"""
 
 from __future__ import annotations
 
 import math
 import random
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Literal
-
-import attrs
+from typing import Any, ClassVar, Literal
 
 from epto import (
-    Ball,
     Config,
     ConfigurationError,
     CyclonConfig,
     Delivery,
     EventId,
-    FullView,
     LocalProtocolError,
     Membership,
     Node,
-    NodeMessage,
-    PeerDescriptor,
     PeerSampler,
     Process,
     ProcessId,
 )
-from epto.tokenring import Role, TokenRingConfig, TokenRingProcess
+from epto.check import CheckReport
+from epto.tokenring import TokenRingConfig, TokenRingProcess
 
-from ._calendar import RING_TIMER, TIMER
 from ._latency import LatencyModel
 from ._network import VirtualNetwork
+from ._spec import SimulationSpec
 
-_Member = Process | Node | TokenRingProcess
-_SENDING_ROLES = (Role.CORE, Role.EXTERNAL)
+Member = Process | Node | TokenRingProcess
+"""A simulated process: :class:`epto.Process`, :class:`epto.Node` with
+Cyclon, or :class:`epto.tokenring.TokenRingProcess`."""
+Send = Callable[[ProcessId, Sequence[tuple[ProcessId, Any]], float], None]
+"""Hands a process's outputs ``(destination, message)`` to the network."""
+Flush = Callable[[ProcessId, Member, float], None]
+"""Drains a process's outputs (messages and deliveries) after an input."""
 
 
 class SimulationObserver:
@@ -57,6 +68,141 @@ class SimulationObserver:
 
     def on_leave(self, pid: ProcessId, now: float) -> None:
         """``pid`` crashed (left without a word) at ``now``."""
+
+
+class Engine(ABC):
+    """An ordering engine as the simulation sees it: one instance per
+    simulation, bound to it (``_engines.py`` holds the implementations).
+
+    The simulation side: :meth:`create`, :meth:`start`, :meth:`stop`,
+    :meth:`can_broadcast`, :meth:`bootstrap`, :meth:`sender` and
+    :meth:`flusher` (bound once, so the run loop calls them without
+    indirection), :attr:`drain_every_input`, :meth:`settled`,
+    :meth:`entries_processed`. The experiment side (``run_simulation``):
+    :meth:`configure`, :meth:`options`, :meth:`observers`,
+    :meth:`drain_rounds`, :meth:`expected_rounds`, :meth:`idle`,
+    :meth:`complete`, :meth:`verdict`, :meth:`figures`.
+    """
+
+    mode: ClassVar[Literal["epto", "token-ring"]]
+    """``SimulationSpec.mode`` and ``Simulation.mode`` of this engine."""
+    deterministic_agreement: ClassVar[bool]
+    """Holes and validity violations are failures of a run (not only reported)."""
+    drain_every_input: ClassVar[bool]
+    """Outputs are drained after every arrival, not only after timers and
+    broadcasts (the default of ``Simulation.drain_every_input``)."""
+
+    # -- the simulation side -------------------------------------------------
+
+    @abstractmethod
+    def check_options(
+        self,
+        *,
+        drift: float,
+        jitter: float,
+        sampler: Callable[[ProcessId, Membership], PeerSampler] | None,
+        pss: Literal["full"] | CyclonConfig,
+    ) -> None:
+        """Raise :class:`ConfigurationError` on a simulation option that does
+        not apply to this engine."""
+
+    @abstractmethod
+    def default_round_interval(self) -> float:
+        """The step of ``run_rounds`` unless the simulation is given one."""
+
+    @abstractmethod
+    def create(
+        self,
+        pid: ProcessId,
+        *,
+        phase: float | None,
+        interval: float | None,
+        config: Config | None,
+        members: Sequence[ProcessId] | None,
+        contacts: Collection[ProcessId] | None,
+    ) -> Member:
+        """A new process ``pid`` (see :meth:`Members.add_process`), added to
+        the membership; raises on options of the other engine."""
+
+    @abstractmethod
+    def start(self, pid: ProcessId, proc: Member) -> None:
+        """``proc`` has joined (observers told): arm its timer, send what it has."""
+
+    @abstractmethod
+    def stop(self, pid: ProcessId, proc: Member) -> None:
+        """``proc`` has crashed: keep what the figures need of it."""
+
+    @abstractmethod
+    def can_broadcast(self, proc: Member) -> bool:
+        """Whether the live ``proc`` may broadcast."""
+
+    @abstractmethod
+    def bootstrap(self, n: int) -> list[ProcessId] | None:
+        """The ids of the bootstrap members of a group of ``n`` started at
+        once, or None when ``n`` processes are started one by one."""
+
+    @abstractmethod
+    def sender(self) -> Send:
+        """The link model of the messages: the network's send function."""
+
+    @abstractmethod
+    def flusher(self) -> Flush:
+        """What drains a process's outputs (and re-arms its timer if need be)."""
+
+    @abstractmethod
+    def settled(self) -> bool:
+        """Nothing more will happen (no broadcast is scheduled)."""
+
+    @abstractmethod
+    def entries_processed(self) -> int:
+        """The work figure of the summary."""
+
+    # -- the experiment side -------------------------------------------------
+
+    @staticmethod
+    @abstractmethod
+    def configure(spec: SimulationSpec, latency: LatencyModel) -> Config | TokenRingConfig:
+        """The processes' configuration for ``spec``."""
+
+    @staticmethod
+    @abstractmethod
+    def options(spec: SimulationSpec) -> dict[str, Any]:
+        """The simulation options of ``spec`` that only this engine takes."""
+
+    @abstractmethod
+    def observers(self) -> list[SimulationObserver]:
+        """Observers the verdict needs, attached before the caller's."""
+
+    @abstractmethod
+    def drain_rounds(self, spec: SimulationSpec, latency: LatencyModel) -> int:
+        """Rounds allowed after the broadcasting ones (``max_drain_rounds=None``)."""
+
+    @abstractmethod
+    def expected_rounds(self, spec: SimulationSpec, latency: LatencyModel, limit: int) -> int:
+        """The rounds a run is expected to take (for progress reports)."""
+
+    @abstractmethod
+    def idle(self) -> bool:
+        """Nothing is in flight nor pending: the run is over."""
+
+    @abstractmethod
+    def complete(
+        self,
+        sequences: Mapping[ProcessId, Sequence[EventId]],
+        out_of_order: Mapping[ProcessId, Sequence[EventId]],
+    ) -> bool:
+        """Every staying process delivered what it is owed."""
+
+    @abstractmethod
+    def verdict(
+        self, spec: SimulationSpec, sequences: dict[ProcessId, list[EventId]]
+    ) -> CheckReport:
+        """The checker over the deliveries: which processes stay and what each
+        is owed."""
+
+    @abstractmethod
+    def figures(self, spec: SimulationSpec) -> dict[str, Any]:
+        """The engine's entries of the summary's ``parameters``."""
 
 
 class Members(VirtualNetwork):
@@ -92,18 +238,11 @@ class Members(VirtualNetwork):
             max_items_per_instant=max_items_per_instant,
         )
         self.config = config
-        self._ring = config if isinstance(config, TokenRingConfig) else None
-        if self._ring is not None and (drift or jitter or sampler is not None or pss != "full"):
-            raise ConfigurationError(
-                "a token ring has no rounds nor peer sampling: drift, jitter, sampler and "
-                "pss do not apply"
-            )
+        self.engine = self._engine_for(config)
+        """What differs between ordering engines (``_engines.py``)."""
+        self.engine.check_options(drift=drift, jitter=jitter, sampler=sampler, pss=pss)
         if round_interval is None:
-            round_interval = (
-                config.heartbeat_interval
-                if isinstance(config, TokenRingConfig)
-                else config.round_interval
-            )
+            round_interval = self.engine.default_round_interval()
         if not (isinstance(round_interval, int | float) and 0 < round_interval < math.inf):
             raise ConfigurationError(f"round_interval must be positive, got {round_interval!r}")
         self.round_interval = float(round_interval)
@@ -124,7 +263,7 @@ class Members(VirtualNetwork):
         self.pss_seeds = pss_seeds
         self.schedule_rng = random.Random(f"epto-sim/{seed}/schedule")
         """The schedule's random stream (phases, drift, churn, workloads)."""
-        self.processes: dict[ProcessId, _Member] = {}
+        self.processes: dict[ProcessId, Member] = {}
         """Live processes: :class:`epto.Process`, :class:`epto.Node` with
         Cyclon, or :class:`epto.tokenring.TokenRingProcess`."""
         self.joined_at: dict[ProcessId, float] = {}
@@ -133,16 +272,21 @@ class Members(VirtualNetwork):
         """Every event broadcast: ``event id -> (source, time)``."""
         self.observers: list[SimulationObserver] = []
         self._next_pid = 0
-        self._entries_of_departed = 0
         self._scheduled_broadcasts = 0
-        self._armed: dict[ProcessId, tuple[float, int]] = {}
-        """Token ring: the live timer item of each process, ``(due, version)``."""
-        self._versions = 0
-        self.drain_every_input = False
+        self.drain_every_input = self.engine.drain_every_input
+        """Drain outputs after every arrival too (the engine's default: EpTO
+        only produces output in a round, a token ring answers every input)."""
+        # Bound once: the run loop and the network call them per message.
+        self._send: Send = self.engine.sender()
+        self._flush: Flush = self.engine.flusher()
+
+    def _engine_for(self, config: Config | TokenRingConfig) -> Engine:
+        """The engine that runs processes of ``config`` (see ``Simulation``)."""
+        raise NotImplementedError
 
     @property
     def mode(self) -> Literal["epto", "token-ring"]:
-        return "epto" if self._ring is None else "token-ring"
+        return self.engine.mode
 
     # -- membership ---------------------------------------------------------
 
@@ -171,90 +315,22 @@ class Members(VirtualNetwork):
             pid = self._next_pid
         if pid in self.processes or pid in self.left_at:
             raise LocalProtocolError(f"process id {pid} was already used in this simulation")
-        if self._ring is not None:
-            if phase is not None or interval is not None or config is not None:
-                raise LocalProtocolError("phase, interval and config are EpTO options")
-            self._next_pid = max(self._next_pid, pid + 1)
-            return self._add_ring_member(self._ring, pid, members, contacts)
-        if members is not None or contacts is not None:
-            raise LocalProtocolError("members and contacts are token-ring options")
+        proc = self.engine.create(
+            pid, phase=phase, interval=interval, config=config, members=members, contacts=contacts
+        )
         self._next_pid = max(self._next_pid, pid + 1)
-        base = config if config is not None else self.config
-        assert isinstance(base, Config)
-        rng = self.schedule_rng
-        if interval is None:
-            interval = base.round_interval
-            if self.drift:
-                interval *= 1.0 + self.drift * (2.0 * rng.random() - 1.0)
-        if interval != base.round_interval:
-            base = attrs.evolve(base, round_interval=interval)
-        if phase is None:
-            phase = interval * rng.random()
-        if not phase >= 0:
-            raise LocalProtocolError(f"phase must be non-negative, got {phase!r}")
-        proc_rng = random.Random(f"epto-sim/{self.seed}/process/{pid}")
-        proc: Process | Node
-        if isinstance(self.pss, CyclonConfig):
-            # Join through random live processes (the first one starts alone).
-            contacts = sorted(self.membership.sample_excluding(self.pss_seeds, pid, rng))
-            proc = Node(
-                pid,
-                base,
-                rng=proc_rng,
-                now=self.now + phase - interval,
-                sampler=self.pss,
-                seeds=[PeerDescriptor(pid=c, address=b"") for c in contacts],
-            )
-            self.membership.add(pid)
-        else:
-            self.membership.add(pid)
-            peers = (
-                self._sampler(pid, self.membership)
-                if self._sampler is not None
-                else FullView(pid, self.membership)
-            )
-            proc = Process(pid, base, peers=peers, rng=proc_rng, now=self.now + phase - interval)
-        self.processes[pid] = proc
-        self.joined_at[pid] = self.now
-        # A Cyclon node may ask for its first shuffle before now (its phase).
-        self._push(max(proc.get_timer(), self.now), (TIMER, pid, None, None))
-        for obs in self.observers:
-            obs.on_join(pid, self.now)
-        return pid
-
-    def _add_ring_member(
-        self,
-        cfg: TokenRingConfig,
-        pid: ProcessId,
-        members: Sequence[ProcessId] | None,
-        contacts: Collection[ProcessId] | None,
-    ) -> ProcessId:
-        rng = random.Random(f"epto-sim/{self.seed}/process/{pid}")
-        if members is None and contacts is None:
-            live = [p for p in self.membership if self.can_broadcast(p)]
-            live.sort()
-            contacts = self.schedule_rng.sample(live, min(self.pss_seeds, len(live)))
-            if not contacts:
-                members = [pid]
-        if members is not None:
-            proc = TokenRingProcess(pid, cfg, rng=rng, now=self.now, members=list(members))
-        else:
-            proc = TokenRingProcess(
-                pid, cfg, rng=rng, now=self.now, contacts=sorted(contacts or ())
-            )
-        self.membership.add(pid)
         self.processes[pid] = proc
         self.joined_at[pid] = self.now
         for obs in self.observers:
             obs.on_join(pid, self.now)
-        self._flush(pid, proc, self.now)
+        self.engine.start(pid, proc)
         return pid
 
     def add_processes(self, n: int) -> list[ProcessId]:
         """Start ``n`` processes; for a token ring with no process yet, they
         are the bootstrap members of a group of ``n``."""
-        if self._ring is not None and not self.processes:
-            pids = list(range(self._next_pid, self._next_pid + n))
+        pids = self.engine.bootstrap(n)
+        if pids is not None:
             return [self.add_process(pid, members=pids) for pid in pids]
         return [self.add_process() for _ in range(n)]
 
@@ -263,10 +339,8 @@ class Members(VirtualNetwork):
         proc = self.processes.pop(pid)
         self.membership.discard(pid)
         self.left_at[pid] = self.now
-        if isinstance(proc, TokenRingProcess):
-            self._armed.pop(pid, None)
-        else:
-            self._entries_of_departed += _process(proc).statistics().entries_received
+        self._armed.pop(pid, None)
+        self.engine.stop(pid, proc)
         for obs in self.observers:
             obs.on_leave(pid, self.now)
 
@@ -322,7 +396,7 @@ class Members(VirtualNetwork):
         proc = self.processes.get(pid)
         if proc is None:
             return False
-        return not isinstance(proc, TokenRingProcess) or proc.role in _SENDING_ROLES
+        return self.engine.can_broadcast(proc)
 
     def broadcast(self, pid: ProcessId, payload: bytes) -> EventId:
         """``pid`` broadcasts ``payload`` now."""
@@ -350,52 +424,29 @@ class Members(VirtualNetwork):
     def add_observer(self, observer: SimulationObserver) -> None:
         self.observers.append(observer)
 
+    def quiescent(self) -> bool:
+        """No broadcast scheduled and the engine settled. EpTO: no ball in
+        flight and no process holding an undelivered event. Token ring (whose
+        heartbeats never stop): no process still joining, and every member of
+        the view has had its own messages delivered and delivered the same
+        prefix, every stable position."""
+        if self._scheduled_broadcasts:
+            return False
+        return self.engine.settled()
+
+    def entries_processed(self) -> int:
+        """Event copies received in balls, summed over every process that ever
+        ran (token ring: messages received)."""
+        return self.engine.entries_processed()
+
     # -- running ------------------------------------------------------------
 
-    def _send(
-        self, src: ProcessId, out: Sequence[tuple[ProcessId, NodeMessage]], now: float
-    ) -> None:
-        if self.pss == "full":
-            if self._ring is not None:
-                self._send_links(src, out, now)
-            else:
-                self._send_balls(src, out, now)  # type: ignore[arg-type]
-            return
-        balls: list[tuple[ProcessId, Ball]] = []
-        for dest, message in out:
-            if isinstance(message, Mapping):
-                balls.append((dest, message))
-            else:
-                self._send_peer(src, dest, message, now)
-        if balls:
-            self._send_balls(src, balls, now)
-
-    def _flush(self, pid: ProcessId, proc: _Member, now: float) -> None:
+    def _drain(self, pid: ProcessId, proc: Member, now: float) -> None:
+        """Hand ``proc``'s messages to the network and its deliveries to the observers."""
         out = proc.messages_to_send()
         if out:
-            self._send(pid, out, now)  # type: ignore[arg-type]
+            self._send(pid, out, now)
         observers = self.observers
         for delivery in proc.deliveries():
             for obs in observers:
                 obs.on_delivery(pid, delivery, now)
-        if self._ring is not None:
-            self._arm(pid, proc)  # type: ignore[arg-type]
-
-    def _arm(self, pid: ProcessId, proc: TokenRingProcess) -> None:
-        """Keep one live timer item per token-ring process, due at ``get_timer()``."""
-        due = proc.get_timer()
-        if due == math.inf:
-            self._armed.pop(pid, None)
-            if proc.excluded:
-                self.membership.discard(pid)
-            return
-        due = max(due, self.now)
-        armed = self._armed.get(pid)
-        if armed is None or armed[0] != due:
-            self._versions += 1
-            self._armed[pid] = (due, self._versions)
-            self._push(due, (RING_TIMER, pid, self._versions, None))
-
-
-def _process(member: Process | Node) -> Process:
-    return member.process if isinstance(member, Node) else member

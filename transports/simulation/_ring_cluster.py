@@ -6,23 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from epto import Delivery, EventId, ProcessId
+from epto import EventId, ProcessId
 from epto.tokenring import TokenRingConfig, TokenRingProcess
 
 from ._cluster import Cluster
+from ._engines import PositionRecorder
 from ._latency import LatencyModel, UniformLatency
-from ._virtual import SimulationObserver
-
-
-class PositionRecorder(SimulationObserver):
-    """Token ring: the position in the total order of every delivered event."""
-
-    def __init__(self) -> None:
-        self.position: dict[EventId, int] = {}
-
-    def on_delivery(self, pid: ProcessId, delivery: Delivery, now: float) -> None:
-        event = delivery.event
-        self.position[(event.source, event.seq)] = event.ts
 
 
 class TokenRingCluster(Cluster):

@@ -15,7 +15,6 @@ simulator uses it to tell whether latency stays below the round length
 from __future__ import annotations
 
 import array
-import bisect
 import gzip
 import math
 import random
@@ -171,10 +170,6 @@ class PlanetLabLatency:
         """The empirical ``q``-quantile of the sample (``0 <= q <= 1``)."""
         samples = self._samples
         return samples[min(len(samples) - 1, int(q * len(samples)))]
-
-    def fraction_below(self, value: float) -> float:
-        """The fraction of measurements at or below ``value``."""
-        return bisect.bisect_right(self._samples, value) / len(self._samples)
 
     def sample(self, src: int, dst: int, rng: random.Random) -> float:
         if self._per_link:

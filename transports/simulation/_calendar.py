@@ -16,7 +16,9 @@ same instant) makes the run loop raise :class:`SimulationStalled` instead of
 spinning forever: virtual time would never advance.
 
 The kinds are small integers; the run loop of :class:`Simulation`
-(``transports/_virtual.py``) tests them in the order of their frequency.
+(``_simulation.py``) tests them in the order of their frequency. Which
+timer kind and which message kinds a process's items use is its engine's
+choice (``_engines.py``): the queue and the run loop know kinds, not engines.
 """
 
 from __future__ import annotations
@@ -31,15 +33,18 @@ from epto import ConfigurationError, EptoError, LocalProtocolError
 ARRIVE = 0
 """A ball arriving at one process: ``(ARRIVE, dest, src, ball)``."""
 TIMER = 1
-"""An EpTO round timer: ``(TIMER, pid, None, None)``, re-armed from ``get_timer()``."""
+"""A round timer: ``(TIMER, pid, None, None)``, re-armed from ``get_timer()`` (plus
+the jitter) each time it fires."""
 ARRIVE_MANY = 2
 """A ball arriving at several processes at once (constant latency)."""
 PEER = 3
 """A peer-sampling (Cyclon) message: ``(PEER, dest, src, message)``."""
 LINK = 4
 """A message on a reliable FIFO link: ``(LINK, dest, src, (message, epoch))``."""
-RING_TIMER = 5
-"""A token-ring timer: ``(RING_TIMER, pid, version, None)``; stale versions are skipped."""
+VERSIONED_TIMER = 5
+"""A timer kept armed at the process's ``get_timer()`` after every output
+drain: ``(VERSIONED_TIMER, pid, version, None)``; stale versions are skipped
+(:meth:`CalendarQueue._set_timer`)."""
 CALL = 6
 """A scripted action: ``(CALL, action, None, None)``."""
 
@@ -94,6 +99,9 @@ class CalendarQueue:
         self.now = 0.0
         self._times: list[float] = []
         self._buckets: dict[float, list[tuple[Any, ...]]] = {}
+        self._armed: dict[Any, tuple[float, int]] = {}
+        """The live :data:`VERSIONED_TIMER` item of each key, ``(due, version)``."""
+        self._versions = 0
 
     def _instant_limit(self) -> int:
         """The bound the run loop checks first (cheap); :meth:`_check_stall` decides."""
@@ -125,6 +133,19 @@ class CalendarQueue:
             heapq.heappush(self._times, at)
         else:
             bucket.append(item)
+
+    def _set_timer(self, key: Any, due: float) -> None:
+        """Keep one live :data:`VERSIONED_TIMER` item for ``key``, due at
+        ``due`` (not before now; ``math.inf``: none)."""
+        if due == math.inf:
+            self._armed.pop(key, None)
+            return
+        due = max(due, self.now)
+        armed = self._armed.get(key)
+        if armed is None or armed[0] != due:
+            self._versions += 1
+            self._armed[key] = (due, self._versions)
+            self._push(due, (VERSIONED_TIMER, key, self._versions, None))
 
     def call_at(self, at: float, action: Callable[[], object]) -> None:
         """Run ``action()`` at virtual time ``at`` (not before now)."""

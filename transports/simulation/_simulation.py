@@ -5,14 +5,20 @@ token-ring (:class:`epto.tokenring.TokenRingProcess`).
 This module holds the run loop; the calendar queue is in ``_calendar.py``,
 the network model (latency, loss, partitions, reliable FIFO links) in
 ``_network.py``, the members (joins, crashes, churn, broadcasts) in
-``_members.py``, the :class:`Cluster` harness in ``_cluster.py``. Queue items:
+``_members.py``, what differs between EpTO and the token ring in
+``_engines.py``, the :class:`Cluster` harness in ``_cluster.py``. Queue items:
 
-* a process's timer (``handle_timer``), re-armed from ``get_timer()``;
+* a process's timer: a round timer re-armed from ``get_timer()`` when it
+  fires (EpTO), or a versioned timer kept at ``get_timer()`` after every
+  drain of the process's outputs (token ring);
 * the arrival of a ball at one process, or at several when the latency is the
   same for every destination (constant latency: one queue item per ball);
-* a Cyclon message, or a token-ring message on a reliable FIFO link;
+* a Cyclon message, or a message on a reliable FIFO link (token ring);
 * scripted actions (a broadcast, a crash, a join, a partition starting or
   healing, any callable).
+
+The run loop dispatches on item kinds only; which kinds a process's items
+take is its engine's choice.
 
 Randomness comes from three streams derived from the seed: the network's
 (latency, loss), the schedule's (round phases, drift, churn, workload) and
@@ -26,12 +32,10 @@ running Cyclon: a newcomer joins through ``pss_seeds`` live processes drawn
 at random, and Cyclon's messages cross the same network (latency, loss,
 partitions) as a queue kind of their own, counted apart from balls.
 
-EpTO processes only produce output in a round (``receive`` only fills the next
-ball, EpTO paper Algorithm 1), so outputs are drained after timers and
-broadcasts; set ``Simulation.drain_every_input = True`` to drain after every
-arrival too, for a core that behaves otherwise. Token-ring processes answer
-every input: their outputs are drained, and their timer re-armed, after every
-input; a newcomer joins through ``pss_seeds`` live members of the view.
+Outputs are drained after timers and broadcasts, and after every arrival
+when ``Simulation.drain_every_input`` is set (the engine's default: EpTO
+processes only produce output in a round, ``receive`` only fills the next
+ball, EpTO paper Algorithm 1; token-ring processes answer every input).
 """
 
 from __future__ import annotations
@@ -39,13 +43,15 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping
 
-from epto import Ball, ProcessId
-from epto.tokenring import Role, TokenRingProcess
+from epto import Config, ProcessId
+from epto.tokenring import TokenRingConfig
+from epto.wire import Ball
 
-from ._calendar import ARRIVE, ARRIVE_MANY, LINK, PEER, RING_TIMER, TIMER
-from ._members import Members, SimulationObserver, _Member, _process
+from ._calendar import ARRIVE, ARRIVE_MANY, LINK, PEER, TIMER, VERSIONED_TIMER
+from ._engines import engine_for
+from ._members import Engine, Member, Members
 
-__all__ = ["Simulation", "SimulationObserver"]
+__all__ = ["Simulation"]
 
 
 class Simulation(Members):
@@ -74,9 +80,12 @@ class Simulation(Members):
     ``max_items_per_instant`` bounds the queue items due at one instant of
     virtual time (``None``: 1,000,000 or 1,000 per live process, whichever is
     larger): past it, :meth:`run_until` raises
-    :class:`~epto.transports.virtual.SimulationStalled` rather than spin
+    :class:`~epto.transports.simulation.SimulationStalled` rather than spin
     forever on a run that makes no progress in virtual time.
     """
+
+    def _engine_for(self, config: Config | TokenRingConfig) -> Engine:
+        return engine_for(self, config)
 
     def step(self) -> bool:
         """Run every item due at the earliest scheduled time; False if none."""
@@ -94,6 +103,8 @@ class Simulation(Members):
         rng = self.schedule_rng
         every_input = self.drain_every_input
         push = self._push
+        flush = self._flush
+        armed = self._armed
         check_at = self._instant_limit()
         while times and times[0] <= end:
             t = times[0]
@@ -124,13 +135,13 @@ class Simulation(Members):
                                 self._arrived += 1
                                 proc.receive(b, c, t)
                                 if every_input:
-                                    self._flush(a, proc, t)
+                                    flush(a, proc, t)
                         elif kind == TIMER:
                             proc = procs.get(a)
                             if proc is None:
                                 continue
                             proc.handle_timer(t)
-                            self._flush(a, proc, t)
+                            flush(a, proc, t)
                             due = proc.get_timer()
                             if jitter:
                                 due += jitter * proc.config.round_interval * rng.random()  # type: ignore[union-attr]
@@ -146,7 +157,7 @@ class Simulation(Members):
                             ):
                                 self._peer_arrived += 1
                                 node.receive(b, c, t)
-                                self._flush(a, node, t)
+                                flush(a, node, t)
                         elif kind == LINK:
                             self._in_flight -= 1
                             proc = procs.get(a)
@@ -155,14 +166,15 @@ class Simulation(Members):
                             elif self._link_up(b, a, c[1]):
                                 self._arrived += 1
                                 proc.receive(b, c[0], t)
-                                self._flush(a, proc, t)
-                        elif kind == RING_TIMER:
-                            armed = self._armed.get(a)
-                            if armed is not None and armed[1] == b:
-                                del self._armed[a]
+                                if every_input:
+                                    flush(a, proc, t)
+                        elif kind == VERSIONED_TIMER:
+                            live = armed.get(a)
+                            if live is not None and live[1] == b:
+                                del armed[a]
                                 proc = procs[a]
                                 proc.handle_timer(t)
-                                self._flush(a, proc, t)
+                                flush(a, proc, t)
                         else:
                             a()
             finally:
@@ -175,7 +187,7 @@ class Simulation(Members):
 
     def _arrive(
         self,
-        procs: Mapping[ProcessId, _Member],
+        procs: Mapping[ProcessId, Member],
         dest: ProcessId,
         src: ProcessId,
         ball: Ball,
@@ -197,46 +209,3 @@ class Simulation(Members):
     def run_rounds(self, rounds: float) -> None:
         """Run for ``rounds`` round intervals."""
         self.run_until(self.now + rounds * self.round_interval)
-
-    def quiescent(self) -> bool:
-        """EpTO: no broadcast scheduled, no ball in flight and no process
-        holding an undelivered event. Token ring (whose heartbeats never
-        stop): no broadcast scheduled, no process still joining, and every
-        member of the view has had its own messages delivered and delivered
-        the same prefix, every stable position."""
-        if self._scheduled_broadcasts:
-            return False
-        if self._ring is not None:
-            return self._ring_settled()
-        if self._in_flight:
-            return False
-        for proc in self.processes.values():
-            st = proc.memory_sizes()
-            if st.get("next_ball") or st.get("received"):
-                return False
-        return True
-
-    def _ring_settled(self) -> bool:
-        marks = set()
-        for proc in self.processes.values():
-            assert isinstance(proc, TokenRingProcess)
-            if proc.role is Role.JOINING:
-                return False
-            if proc.excluded:
-                continue
-            stats = proc.statistics()
-            if stats.next_deliver != stats.stable or proc.memory_sizes()["own_unsequenced"]:
-                return False
-            marks.add(stats.next_deliver)
-        return len(marks) <= 1
-
-    def entries_processed(self) -> int:
-        """Event copies received in balls, summed over every process that ever
-        ran (token ring: messages received)."""
-        if self._ring is not None:
-            return self._arrived
-        total = self._entries_of_departed
-        for proc in self.processes.values():
-            if not isinstance(proc, TokenRingProcess):
-                total += _process(proc).statistics().entries_received
-        return total

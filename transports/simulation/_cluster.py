@@ -10,7 +10,8 @@ from epto import Config, Delivery, DeliveryTag, EventId, ProcessId
 from epto.check import CheckReport, check
 from epto.tokenring import TokenRingConfig
 
-from ._virtual import Simulation, SimulationObserver
+from ._members import SimulationObserver
+from ._simulation import Simulation
 
 
 class DeliveryRecorder(SimulationObserver):
@@ -68,11 +69,11 @@ class Cluster(Simulation):
         )
         self.recorder = DeliveryRecorder(self)
         self.add_observer(self.recorder)
-        if isinstance(self.config, TokenRingConfig):
+        if phases is None:
             self.add_processes(n)
-            return
-        for pid in range(n):
-            self.add_process(pid, phase=None if phases is None else phases.get(pid))
+        else:
+            for pid in range(n):
+                self.add_process(pid, phase=phases.get(pid))
 
     def run_until_quiescent(self, max_rounds: float = 10_000) -> bool:
         """Run round by round until :meth:`quiescent`; False if ``max_rounds``

@@ -24,12 +24,13 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Literal
 
 import attrs
 
-from epto import Ball, ConfigurationError, LocalProtocolError, ProcessId
+from epto import ConfigurationError, LocalProtocolError, ProcessId
+from epto.wire import Ball
 
 from ._calendar import ARRIVE, ARRIVE_MANY, LINK, PEER, CalendarQueue
 from ._latency import ConstantLatency, LatencyModel
@@ -193,7 +194,9 @@ class VirtualNetwork(CalendarQueue):
             lat = self.latency.sample(src, dest, rng)
         self._push(now + lat, (PEER, dest, src, message))
 
-    def _send_balls(self, src: ProcessId, out: list[tuple[ProcessId, Ball]], now: float) -> None:
+    def _send_balls(
+        self, src: ProcessId, out: Sequence[tuple[ProcessId, Ball]], now: float
+    ) -> None:
         loss = self.loss
         rng = self._net_rng
         buckets = self._buckets
