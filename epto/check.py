@@ -10,6 +10,12 @@ cycle a -> b -> c -> a and no single order fits all three. The graph test
 finds such cycles of any length, as well as the plain ``a, x, b`` against
 ``b, y, a``.
 
+Sequencing atoms (many overlapping groups) promise less: *pairwise* total
+order, any two processes that both deliver two messages deliver them in the
+same order. The three sequences above satisfy it (each pair shares one event
+at most). :func:`check_pairwise` judges that mode, with per-group agreement
+and liveness (nothing stuck at quiescence).
+
 Every violation names its events and, for order, a process witnessing each
 edge of the cycle, so a failing run can be read, not just counted.
 """
@@ -19,11 +25,17 @@ from ._check import IntegrityViolation as IntegrityViolation
 from ._check import OrderViolation as OrderViolation
 from ._check import check as check
 from ._check import find_cycles as find_cycles
+from ._pairwise import PairwiseReport as PairwiseReport
+from ._pairwise import PairwiseViolation as PairwiseViolation
+from ._pairwise import check_pairwise as check_pairwise
 
 __all__ = [
     "CheckReport",
     "IntegrityViolation",
     "OrderViolation",
+    "PairwiseReport",
+    "PairwiseViolation",
     "check",
+    "check_pairwise",
     "find_cycles",
 ]

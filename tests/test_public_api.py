@@ -122,7 +122,16 @@ EXPORTS: dict[str, frozenset[str]] = {
     ),
     "epto.spark": frozenset({"analyze", "register", "session"}),
     "epto.check": frozenset(
-        {"CheckReport", "IntegrityViolation", "OrderViolation", "check", "find_cycles"}
+        {
+            "CheckReport",
+            "IntegrityViolation",
+            "OrderViolation",
+            "PairwiseReport",
+            "PairwiseViolation",
+            "check",
+            "check_pairwise",
+            "find_cycles",
+        }
     ),
     "epto.keys": frozenset(
         {
