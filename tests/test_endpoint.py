@@ -12,8 +12,9 @@ from collections.abc import Callable
 import pytest
 
 import epto
+from epto.atoms import SequencingGraph
 from epto.check import check
-from epto.endpoint import Endpoint, EptoEndpoint, NodeConfig, TokenRingEndpoint
+from epto.endpoint import AtomsEndpoint, Endpoint, EptoEndpoint, NodeConfig, TokenRingEndpoint
 from epto.tokenring import TokenRingConfig
 
 LATENCY = 0.004
@@ -44,7 +45,27 @@ def _ring(pid: int, members: dict[int, str], **fields: object) -> TokenRingEndpo
     )
 
 
-ENGINES: dict[str, Callable[..., Endpoint]] = {"epto": _epto, "token-ring": _ring}
+def _atoms(pid: int, members: dict[int, str], **fields: object) -> AtomsEndpoint:
+    # One group of every member (the harness broadcasts to a node's only
+    # group); overlapping groups are tests/atoms/test_endpoint_atoms.py's.
+    graph = SequencingGraph.build({0: members})
+    return AtomsEndpoint(
+        pid,
+        graph,
+        addresses=members,
+        now=0.0,
+        wall=1.0,
+        limits=epto.Limits.for_frame_size(1 << 16),
+        seed=pid,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+ENGINES: dict[str, Callable[..., Endpoint]] = {
+    "epto": _epto,
+    "token-ring": _ring,
+    "atoms": _atoms,
+}
 
 
 class Wire:

@@ -153,6 +153,8 @@ EXPORTS: dict[str, frozenset[str]] = {
         {
             "Address",
             "AddressBook",
+            "AtomsEndpoint",
+            "AtomsEndpointStatistics",
             "Endpoint",
             "EndpointStatistics",
             "EptoEndpoint",
@@ -167,6 +169,18 @@ EXPORTS: dict[str, frozenset[str]] = {
             "join_host_port",
             "parse_host_port",
             "split_encode",
+        }
+    ),
+    "epto.atoms": frozenset(
+        {
+            "Atom",
+            "AtomsConfig",
+            "AtomsProcess",
+            "AtomsStatistics",
+            "GraphChange",
+            "SequencingGraph",
+            "check_graph",
+            "zipf_memberships",
         }
     ),
     "epto.transports": frozenset(
@@ -195,6 +209,7 @@ EXPORTS: dict[str, frozenset[str]] = {
 PUBLIC_SUBMODULES: dict[str, frozenset[str]] = {
     "epto": frozenset(
         {
+            "atoms",
             "benchmarks",
             "check",
             "cli",

@@ -3,17 +3,27 @@
 Only groups sharing two members or more need a common numbering; each such
 exact overlap gets an atom, atoms are placed on member nodes and linked into a
 polytree, and each group's messages follow one directed path through the atoms
-that number them. See docs/atoms.md.
+that number them. The guarantee is **pairwise total order**: any two processes
+that both deliver two messages deliver them in the same order (not one global
+order). See docs/atoms.md.
 """
 
 from ._check import check_graph as check_graph
+from ._config import AtomsConfig as AtomsConfig
+from ._config import zipf_memberships as zipf_memberships
 from ._graph import SequencingGraph as SequencingGraph
 from ._model import Atom as Atom
 from ._model import GraphChange as GraphChange
+from ._process import AtomsProcess as AtomsProcess
+from ._process import AtomsStatistics as AtomsStatistics
 
 __all__ = [
     "Atom",
+    "AtomsConfig",
+    "AtomsProcess",
+    "AtomsStatistics",
     "GraphChange",
     "SequencingGraph",
     "check_graph",
+    "zipf_memberships",
 ]

@@ -21,6 +21,8 @@ See docs/architecture.md.
 
 from ._addresses import AddressBook as AddressBook
 from ._addresses import join_host_port as join_host_port
+from ._atoms import AtomsEndpoint as AtomsEndpoint
+from ._atoms import AtomsEndpointStatistics as AtomsEndpointStatistics
 from ._config import Address as Address
 from ._config import Mode as Mode
 from ._config import NodeConfig as NodeConfig
@@ -40,6 +42,8 @@ __all__ = [
     "OPENER_MAX",
     "Address",
     "AddressBook",
+    "AtomsEndpoint",
+    "AtomsEndpointStatistics",
     "Endpoint",
     "EndpointStatistics",
     "EptoEndpoint",

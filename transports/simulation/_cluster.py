@@ -8,9 +8,8 @@ from typing import Any
 
 from epto import Config, Delivery, DeliveryTag, EventId, ProcessId
 from epto.check import CheckReport, check
-from epto.tokenring import TokenRingConfig
 
-from ._members import SimulationObserver
+from ._members import EngineConfig, SimulationObserver
 from ._simulation import Simulation
 
 
@@ -60,7 +59,7 @@ class Cluster(Simulation):
         n: int,
         *,
         seed: int = 0,
-        config: Config | TokenRingConfig | None = None,
+        config: EngineConfig | None = None,
         phases: Mapping[ProcessId, float] | None = None,
         **options: Any,
     ) -> None:

@@ -44,10 +44,12 @@ from epto import (
     Process,
     ProcessId,
 )
+from epto.atoms import AtomsConfig
 from epto.check import CheckReport, check
 from epto.tokenring import Role, TokenRingConfig, TokenRingProcess
 from epto.wire import Ball
 
+from ._atoms_engine import AtomsEngine
 from ._calendar import TIMER
 from ._latency import LatencyModel
 from ._members import Engine, Flush, Member, Members, Send, SimulationObserver
@@ -57,8 +59,10 @@ _SENDING_ROLES = (Role.CORE, Role.EXTERNAL)
 
 
 def _process(member: Member) -> Process:
-    assert not isinstance(member, TokenRingProcess)
-    return member.process if isinstance(member, Node) else member
+    if isinstance(member, Node):
+        return member.process
+    assert isinstance(member, Process)
+    return member
 
 
 class EptoEngine(Engine):
@@ -175,7 +179,7 @@ class EptoEngine(Engine):
         if self.sim._in_flight:
             return False
         for proc in self.sim.processes.values():
-            st = proc.memory_sizes()
+            st = _process(proc).memory_sizes()
             if st.get("next_ball") or st.get("received"):
                 return False
         return True
@@ -476,15 +480,18 @@ class TokenRingEngine(Engine):
         }
 
 
-ENGINES: dict[str, type[EptoEngine] | type[TokenRingEngine]] = {
+ENGINES: dict[str, type[EptoEngine] | type[TokenRingEngine] | type[AtomsEngine]] = {
     EptoEngine.mode: EptoEngine,
     TokenRingEngine.mode: TokenRingEngine,
+    AtomsEngine.mode: AtomsEngine,
 }
 """``SimulationSpec.mode`` -> its engine."""
 
 
-def engine_for(sim: Members, config: Config | TokenRingConfig) -> Engine:
+def engine_for(sim: Members, config: Config | TokenRingConfig | AtomsConfig) -> Engine:
     """The engine of processes configured by ``config``, bound to ``sim``."""
     if isinstance(config, TokenRingConfig):
         return TokenRingEngine(sim, config)
+    if isinstance(config, AtomsConfig):
+        return AtomsEngine(sim, config)
     return EptoEngine(sim, config)

@@ -28,14 +28,13 @@ from typing import Any, Literal
 
 import attrs
 
-from epto import Config, ProcessId
+from epto import ProcessId
 from epto.check import CheckReport
-from epto.tokenring import TokenRingConfig
 
 from ._calendar import SimulationStalled
 from ._cluster import Cluster
 from ._engines import ENGINES
-from ._members import SimulationObserver
+from ._members import EngineConfig, SimulationObserver
 from ._network import ROUND_TRIP, NetworkStatistics
 from ._simulation import Simulation
 from ._spec import SimulationSpec
@@ -48,7 +47,7 @@ class SimulationResult:
     """What a run did; :meth:`summary` is the JSON of ``epto simulate --json``."""
 
     spec: SimulationSpec
-    config: Config | TokenRingConfig
+    config: EngineConfig
     processes: int
     """Processes that ever ran (initial ones plus joiners)."""
     processes_at_end: int

@@ -34,6 +34,7 @@ from epto import (
     Process,
     ProcessId,
 )
+from epto.atoms import AtomsConfig, AtomsProcess
 from epto.check import CheckReport
 from epto.tokenring import TokenRingConfig, TokenRingProcess
 
@@ -41,9 +42,12 @@ from ._latency import LatencyModel
 from ._network import VirtualNetwork
 from ._spec import SimulationSpec
 
-Member = Process | Node | TokenRingProcess
+Member = Process | Node | TokenRingProcess | AtomsProcess
 """A simulated process: :class:`epto.Process`, :class:`epto.Node` with
-Cyclon, or :class:`epto.tokenring.TokenRingProcess`."""
+Cyclon, :class:`epto.tokenring.TokenRingProcess`, or
+:class:`epto.atoms.AtomsProcess`."""
+EngineConfig = Config | TokenRingConfig | AtomsConfig
+"""The configuration of simulated processes; its type picks the engine."""
 Send = Callable[[ProcessId, Sequence[tuple[ProcessId, Any]], float], None]
 """Hands a process's outputs ``(destination, message)`` to the network."""
 Flush = Callable[[ProcessId, Member, float], None]
@@ -84,7 +88,7 @@ class Engine(ABC):
     :meth:`complete`, :meth:`verdict`, :meth:`figures`.
     """
 
-    mode: ClassVar[Literal["epto", "token-ring"]]
+    mode: ClassVar[Literal["epto", "token-ring", "atoms"]]
     """``SimulationSpec.mode`` and ``Simulation.mode`` of this engine."""
     deterministic_agreement: ClassVar[bool]
     """Holes and validity violations are failures of a run (not only reported)."""
@@ -161,7 +165,7 @@ class Engine(ABC):
 
     @staticmethod
     @abstractmethod
-    def configure(spec: SimulationSpec, latency: LatencyModel) -> Config | TokenRingConfig:
+    def configure(spec: SimulationSpec, latency: LatencyModel) -> EngineConfig:
         """The processes' configuration for ``spec``."""
 
     @staticmethod
@@ -210,7 +214,7 @@ class Members(VirtualNetwork):
 
     def __init__(
         self,
-        config: Config | TokenRingConfig,
+        config: EngineConfig,
         *,
         seed: int = 0,
         latency: LatencyModel | None = None,
@@ -280,12 +284,12 @@ class Members(VirtualNetwork):
         self._send: Send = self.engine.sender()
         self._flush: Flush = self.engine.flusher()
 
-    def _engine_for(self, config: Config | TokenRingConfig) -> Engine:
+    def _engine_for(self, config: EngineConfig) -> Engine:
         """The engine that runs processes of ``config`` (see ``Simulation``)."""
         raise NotImplementedError
 
     @property
-    def mode(self) -> Literal["epto", "token-ring"]:
+    def mode(self) -> Literal["epto", "token-ring", "atoms"]:
         return self.engine.mode
 
     # -- membership ---------------------------------------------------------

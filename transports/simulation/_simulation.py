@@ -43,13 +43,12 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping
 
-from epto import Config, ProcessId
-from epto.tokenring import TokenRingConfig
+from epto import ProcessId
 from epto.wire import Ball
 
 from ._calendar import ARRIVE, ARRIVE_MANY, LINK, PEER, TIMER, VERSIONED_TIMER
 from ._engines import engine_for
-from ._members import Engine, Member, Members
+from ._members import Engine, EngineConfig, Member, Members
 
 __all__ = ["Simulation"]
 
@@ -84,7 +83,7 @@ class Simulation(Members):
     forever on a run that makes no progress in virtual time.
     """
 
-    def _engine_for(self, config: Config | TokenRingConfig) -> Engine:
+    def _engine_for(self, config: EngineConfig) -> Engine:
         return engine_for(self, config)
 
     def step(self) -> bool:

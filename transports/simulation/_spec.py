@@ -86,10 +86,13 @@ class SimulationSpec:
     copies may gossip on for up to TTL slow hops. ``False`` runs on until no
     ball is in flight (the work figures then include that tail; a token ring
     runs until ``max_drain_rounds``)."""
-    mode: Literal["epto", "token-ring"] = "epto"
+    mode: Literal["epto", "token-ring", "atoms"] = "epto"
     """The ordering engine: EpTO, or a token ring (docs/token-ring.md) whose
-    timeouts are scaled to ticks as milliseconds; ``pss_seeds`` is then the
-    number of members a newcomer joins through."""
+    timeouts are scaled to ticks as milliseconds (``pss_seeds`` is then the
+    number of members a newcomer joins through), or sequencing atoms for
+    ``groups`` overlapping groups (docs/atoms.md)."""
+    groups: int | None = None
+    """Atoms: how many Zipf-sized groups over the processes (``None``: 8)."""
     k: int | None = None
     """Token ring: the resiliency level (``None``: a majority of the view)."""
     partition: float = 0.0
@@ -129,8 +132,12 @@ class SimulationSpec:
         if not isinstance(self.pss_warmup, int) or self.pss_warmup < 0:
             raise ConfigurationError(f"pss_warmup must be >= 0, got {self.pss_warmup!r}")
         self.cyclon_config()
-        if self.mode not in ("epto", "token-ring"):
-            raise ConfigurationError(f"mode must be 'epto' or 'token-ring', got {self.mode!r}")
+        if self.mode not in ("epto", "token-ring", "atoms"):
+            raise ConfigurationError(
+                f"mode must be 'epto', 'token-ring' or 'atoms', got {self.mode!r}"
+            )
+        if self.mode == "atoms":
+            self._validate_atoms()
         if self.k is not None and (not isinstance(self.k, int) or self.k < 1):
             raise ConfigurationError(f"k must be a positive integer, got {self.k!r}")
         if self.mode == "token-ring" and self.pss != "full":
@@ -145,6 +152,16 @@ class SimulationSpec:
             value = getattr(self, name)
             if value is not None and not (isinstance(value, int | float) and 0 <= value < 1e9):
                 raise ConfigurationError(f"{name} must be a non-negative number, got {value!r}")
+
+    def _validate_atoms(self) -> None:
+        # The engine assumes reliable FIFO links and a static membership.
+        if self.loss or self.churn or self.partition or self.pss != "full":
+            raise ConfigurationError(
+                "sequencing atoms assume reliable links and a static membership: "
+                "loss, churn, partition and pss do not apply"
+            )
+        if self.groups is not None and (not isinstance(self.groups, int) or self.groups < 1):
+            raise ConfigurationError(f"groups must be a positive integer, got {self.groups!r}")
 
     def partition_window(self) -> tuple[float, float] | None:
         """``(start, end)`` of the partition in rounds after the first

@@ -1,0 +1,225 @@
+"""The sequencing-atoms endpoint: one :class:`epto.atoms.AtomsProcess`, its
+frame codec and sealer, and the nodes' addresses.
+
+Rules:
+
+* links must be reliable and FIFO (a stream transport: TCP);
+* a publication larger than ``limits.max_payload_size`` is refused before
+  the process numbers it;
+* every frame is encoded for its receiver; without a sealer a message sent
+  to every member of a group is encoded once;
+* every stream opens with this node's own address (a small frame, within a
+  receiver's first-frame limit); address frames received fill the
+  directory;
+* flushed: every publication of this node has come back to it delivered
+  (a node publishes only to its own groups), so every atom has numbered it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+
+import attrs
+
+from .._codec import FrameCodec
+from .._errors import LocalProtocolError
+from .._event import Delivery, EventId, ProcessId
+from .._limits import Limits
+from .._seal import GroupKey, GroupSealer
+from ..atoms._graph import SequencingGraph
+from ..atoms._messages import atoms_registry
+from ..atoms._process import AtomsProcess, AtomsStatistics
+from ._addresses import AddressBook, Directory, with_addresses
+from ._config import Address, parse_host_port
+from ._protocol import Transmit
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class AtomsEndpointStatistics:
+    """The process's counters and the endpoint's."""
+
+    process: AtomsStatistics
+    broadcasts: int
+    delivered: int
+    rejected: Mapping[str, int]
+    encode_failures: int
+
+
+class AtomsEndpoint:
+    """Sequencing atoms behind the endpoint protocol (:class:`epto.endpoint.Endpoint`).
+
+    ``graph`` is the sequencing graph every node builds from the same
+    membership (:class:`epto.atoms.SequencingGraph`); ``addresses`` maps
+    every node to ``"host:port"``. :meth:`broadcast` publishes to
+    ``default_group`` (by default the node's group, when it has exactly
+    one); :meth:`publish` names the group. ``frame_group`` is the id every
+    frame carries (frames of other ids are refused); ``wall`` (wall-clock
+    seconds) starts the sealer's nonce counter.
+    """
+
+    def __init__(
+        self,
+        pid: ProcessId,
+        graph: SequencingGraph,
+        *,
+        addresses: Mapping[ProcessId, Address],
+        now: float,
+        wall: float,
+        limits: Limits,
+        frame_group: int = 0,
+        group_key: GroupKey | None = None,
+        default_group: int | None = None,
+        seed: int | None = None,
+        max_pending: int = 100_000,
+    ) -> None:
+        self._pid = pid
+        self.limits = limits
+        self._process = AtomsProcess(pid, graph, max_pending=max_pending)
+        mine = sorted(self._process.groups)
+        if default_group is None and len(mine) == 1:
+            default_group = mine[0]
+        if default_group is not None and default_group not in mine:
+            raise LocalProtocolError(f"node {pid} is not a member of group {default_group}")
+        self.default_group = default_group
+        sealer = None
+        if group_key is not None:
+            sealer = GroupSealer(group_key, counter_start=int(wall * 1e6), rng=random.Random(seed))
+        self._codec = FrameCodec(
+            group=frame_group,
+            limits=limits,
+            registry=with_addresses(atoms_registry()),
+            sealer=sealer,
+            me=pid,
+        )
+        self._directory = Directory(pid, dict(addresses))
+        self._directory.advertised = addresses.get(pid, "")
+        self._own_pending: set[EventId] = set()
+        self._encode_failures = 0
+
+    @property
+    def pid(self) -> ProcessId:
+        return self._pid
+
+    @property
+    def process(self) -> AtomsProcess:
+        return self._process
+
+    @property
+    def stopped(self) -> str | None:
+        return None
+
+    def set_advertised(self, address: Address) -> None:
+        self._directory.advertised = address
+
+    def set_address(self, pid: ProcessId, address: Address) -> None:
+        parse_host_port(address)
+        self._directory.set(pid, address)
+
+    def address_of(self, pid: ProcessId) -> Address | None:
+        return self._directory.addresses.get(pid)
+
+    # -- inputs -------------------------------------------------------------
+
+    def broadcast(self, payload: bytes, now: float) -> EventId:
+        if self.default_group is None:
+            raise LocalProtocolError(
+                f"node {self._pid} is in several groups {sorted(self._process.groups)}: "
+                "publish(group, payload, now) names one"
+            )
+        return self.publish(self.default_group, payload, now)
+
+    def publish(self, group: int, payload: bytes, now: float) -> EventId:
+        """Send ``payload`` to the members of ``group``, in the pairwise order."""
+        limit = self.limits.max_payload_size
+        if len(payload) > limit:
+            raise LocalProtocolError(
+                f"payload of {len(payload)} bytes exceeds limits.max_payload_size={limit}"
+            )
+        eid = self._process.publish(group, payload)
+        self._own_pending.add(eid)
+        return eid
+
+    def receive(self, data: bytes, now: float, *, peer_host: str | None = None) -> bool:
+        frame = self._codec.receive(data, now)  # counts what it refuses
+        if frame is None:
+            return False
+        if type(frame.message) is AddressBook:
+            self._directory.learn(frame.sender, frame.message, lambda: peer_host or "")
+        else:
+            self._process.receive(frame.sender, frame.message)
+        return True
+
+    def reject(self, fault: str) -> None:
+        self._codec.rejected[fault] += 1
+
+    def handle_timer(self, now: float) -> None:
+        pass  # every decision is taken on an input
+
+    def leave(self, now: float) -> None:
+        pass
+
+    # -- outputs ------------------------------------------------------------
+
+    def get_timer(self) -> float:
+        return float("inf")
+
+    def output_pending(self) -> bool:
+        return True  # every input may route or deliver at once
+
+    def datagrams_to_send(self, now: float) -> list[Transmit]:
+        out: list[Transmit] = []
+        me = self._pid
+        codec = self._codec
+        addresses = self._directory.addresses
+        shared = codec.sealer is None
+        encoded: dict[int, list[bytes]] = {}
+        for dest, message in self._process.messages_to_send():
+            frames = encoded.get(id(message)) if shared else None
+            if frames is None:
+                try:
+                    frames = codec.encode(me, message, to=dest)
+                except LocalProtocolError:
+                    self._encode_failures += 1
+                    continue
+                if shared:
+                    encoded[id(message)] = frames
+            address = addresses.get(dest, "")
+            for data in frames:
+                out.append(Transmit(dest, address, data))
+        return out
+
+    def opening(self, dest: ProcessId) -> list[bytes]:
+        book = AddressBook(entries=((self._pid, self._directory.advertised),))
+        try:
+            return self._codec.encode(self._pid, book, to=dest)
+        except LocalProtocolError:
+            self._encode_failures += 1
+            return self._codec.encode(self._pid, AddressBook(entries=()), to=dest)
+
+    def gone(self) -> list[ProcessId]:
+        return []
+
+    def next_delivery(self) -> Delivery | None:
+        delivery = self._process.next_delivery()
+        if delivery is not None and delivery.event.source == self._pid:
+            self._own_pending.discard(delivery.event.id)
+        return delivery
+
+    def flushed(self) -> bool:
+        return not self._own_pending
+
+    def statistics(self) -> AtomsEndpointStatistics:
+        s = self._process.statistics()
+        rejected = dict(self._codec.rejected)
+        if self._directory.rejected:
+            rejected["bad-address"] = rejected.get("bad-address", 0) + self._directory.rejected
+        for fault, count in s.rejected.items():
+            rejected[fault] = rejected.get(fault, 0) + count
+        return AtomsEndpointStatistics(
+            process=s,
+            broadcasts=s.broadcasts,
+            delivered=s.delivered,
+            rejected=rejected,
+            encode_failures=self._encode_failures,
+        )

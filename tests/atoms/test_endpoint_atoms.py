@@ -1,0 +1,106 @@
+"""The atoms endpoint over bytes: overlapping groups deliver in pairwise
+order through real frames; well-formed hostile messages are refused and
+counted, never raised."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+
+import pytest
+
+import epto
+from epto.atoms import SequencingGraph, zipf_memberships
+from epto.atoms._messages import Publish, Sequenced, atoms_registry
+from epto.check import check_pairwise
+from epto.endpoint import AtomsEndpoint
+from epto.wire import FrameCodec
+
+LIMITS = epto.Limits.for_frame_size(1 << 16)
+KEY = epto.GroupKey(key_id=3, secret=bytes(range(32)))
+
+
+def _endpoints(
+    graph: SequencingGraph, **fields: object
+) -> tuple[dict[int, AtomsEndpoint], dict[int, str]]:
+    nodes = sorted({p for members in graph.groups.values() for p in members})
+    addresses = {p: f"10.1.0.{p}:7000" for p in nodes}
+    endpoints = {
+        p: AtomsEndpoint(
+            p, graph, addresses=addresses, now=0.0, wall=1.0, limits=LIMITS, seed=p, **fields
+        )  # type: ignore[arg-type]
+        for p in nodes
+    }
+    return endpoints, addresses
+
+
+@pytest.mark.parametrize("sealed", [False, True])
+def test_overlapping_groups_deliver_pairwise_order_through_frames(sealed: bool) -> None:
+    rng = random.Random(4)
+    graph = SequencingGraph.build(zipf_memberships(12, 5, rng))
+    endpoints, addresses = _endpoints(graph, group_key=KEY if sealed else None)
+    by_address = {a: p for p, a in addresses.items()}
+    queue: list[tuple[float, int, int, bytes]] = []
+    order = itertools.count()
+    last: dict[tuple[int, int], float] = {}
+    addressed = {}
+    sequences: dict[int, list[epto.EventId]] = {p: [] for p in endpoints}
+
+    def turn(pid: int, now: float) -> None:
+        for transmit in endpoints[pid].datagrams_to_send(now):
+            dest = by_address[transmit.address]
+            at = max(now + rng.uniform(1, 30), last.get((pid, dest), 0.0))
+            last[pid, dest] = at
+            heapq.heappush(queue, (at, next(order), dest, transmit.data))
+        while (delivery := endpoints[pid].next_delivery()) is not None:
+            sequences[pid].append(delivery.event.id)
+
+    for i in range(120):
+        pid = rng.choice(sorted(endpoints))
+        mine = sorted(g for g, m in graph.groups.items() if pid in m)
+        if not mine:
+            continue
+        group = rng.choice(mine)
+        addressed[endpoints[pid].publish(group, b"m%d" % i, 0.0)] = graph.groups[group]
+        turn(pid, 0.0)
+    while queue:
+        now, _, dest, data = heapq.heappop(queue)
+        assert endpoints[dest].receive(data, now)
+        turn(dest, now)
+    report = check_pairwise(sequences, groups=addressed, broadcast=set(addressed))
+    assert report.ok, report.summary()
+    assert report.deliveries == sum(len(m) for m in addressed.values())
+    for endpoint in endpoints.values():
+        assert endpoint.flushed()
+        assert endpoint.statistics().rejected == {}
+
+
+def test_well_formed_hostile_messages_are_refused_and_counted() -> None:
+    graph = SequencingGraph.build({0: {1, 2, 3}, 1: {2, 3, 4}, 2: {1, 2, 5}})
+    endpoints, _ = _endpoints(graph)
+    codec = FrameCodec(group=0, limits=LIMITS, registry=atoms_registry())
+    route = graph.route(0)
+    member = sorted(graph.groups[0])[0]
+    outsider = 4  # in group 1 only
+    hostile = [
+        # to a node that is not the ingress of group 0
+        (outsider, member if graph.ingress(0) != member else 2, Publish(0, 0, b"x")),
+        # a publication for a group that does not exist
+        (member, graph.ingress(0), Publish(99, 0, b"x")),
+        # a non-member publishing to group 0 at its ingress
+        (outsider, graph.ingress(0), Publish(0, 0, b"x")),
+        # a final message from a node that is not the last atom's host
+        (outsider, member, Sequenced(0, 0, member, 0, len(route), (), b"x")),
+        # a hop beyond the route
+        (member, member, Sequenced(0, 0, member, 0, len(route) + 5, (), b"x")),
+    ]
+    total = 0
+    for sender, receiver, message in hostile:
+        (frame,) = codec.encode(sender, message, to=receiver)
+        assert endpoints[receiver].receive(frame, 0.0)  # decodes; the process refuses
+        total += 1
+    refused = sum(sum(e.statistics().rejected.values()) for e in endpoints.values())
+    assert refused == total
+    for endpoint in endpoints.values():
+        assert endpoint.next_delivery() is None
