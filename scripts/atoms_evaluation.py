@@ -44,9 +44,9 @@ matplotlib.use("Agg")
 import itertools
 
 import matplotlib.pyplot as plt
+from epto.transports.simulation import PlanetLabLatency
 
 from epto.atoms import SequencingGraph
-from epto.transports.simulation import PlanetLabLatency
 
 NODES = 128
 PLANETLAB_NODES = 226
