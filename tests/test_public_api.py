@@ -163,6 +163,7 @@ EXPORTS: dict[str, frozenset[str]] = {
             "NodeConfig",
             "OPENER_MAX",
             "OverflowPolicy",
+            "StreamEndpoint",
             "TokenRingEndpoint",
             "TokenRingEndpointStatistics",
             "Transmit",
@@ -236,7 +237,15 @@ NODE_MODULES: dict[str, frozenset[str]] = {
     "epto.transports.memory": frozenset({"MemoryHub", "MemoryNode"}),
     "epto.transports.trio_udp": frozenset({"TrioNode"}),
     "epto.transports.trio_tcp": frozenset(
-        {"MemberExcludedError", "TokenRingNode", "TokenRingNodeConfig", "TokenRingNodeStatistics"}
+        {
+            "MemberExcludedError",
+            "TcpNode",
+            "TcpNodeConfig",
+            "TcpNodeStatistics",
+            "TokenRingNode",
+            "TokenRingNodeConfig",
+            "TokenRingNodeStatistics",
+        }
     ),
     "epto.transports.trio_node": frozenset(
         {

@@ -1,21 +1,32 @@
-"""The token ring over TCP with trio: reliable FIFO links, as the protocol assumes.
+"""Stream endpoints over TCP with trio: reliable FIFO links, as the token ring
+(and any engine that assumes them) needs.
+
+:class:`TcpNode` runs any :class:`epto.endpoint.StreamEndpoint`, built by a
+factory ``make_endpoint(now)`` when the node starts, with the transport's
+settings of a :class:`TcpNodeConfig`. :class:`TokenRingNode` is the token
+ring's node: a :class:`TcpNode` over :class:`epto.endpoint.TokenRingEndpoint`,
+configured by one flat :class:`TokenRingNodeConfig`.
 
 Each node listens on one TCP port and opens one outgoing stream to every peer
 it sends to; a stream carries frames in one direction only, each prefixed by
 its length (uint32, big-endian, at most ``limits.max_frame_size``), so frames
 from one sender to one receiver arrive in the order sent while the stream is
-up. What the process sends a peer whose stream is not up yet (it does not
+up. Every new stream starts with the endpoint's ``opening(dest)`` frames.
+What the endpoint sends a peer whose stream is not up yet (it does not
 listen yet, or its stream broke) waits for the stream, in order, up to
 ``send_queue`` frames (beyond that frames are dropped and counted in
 ``frames_dropped``); connection attempts repeat at most once per
-``reconnect_interval``, until the peer leaves the group's view. A broken
-stream loses only what was in flight (also counted), which the protocol
-repairs (retransmission of the token and of unsequenced messages, fetches,
-token regeneration); the driver never sends a frame twice.
+``reconnect_interval``, until the peer is ``gone()`` from the endpoint's view.
+A broken stream loses only what was in flight (also counted), which the
+protocol repairs (the token ring: retransmission of the token and of
+unsequenced messages, fetches, token regeneration); the driver never sends a
+frame twice.
 
-The node is in this module; its configuration and statistics are in
-:mod:`._trio.tcp_config`, the stream framing in :mod:`._trio.tcp_framing`, the incoming
-streams in :mod:`._trio.tcp_inbound`, the outgoing ones in :mod:`._trio.tcp_links`.
+The nodes are in this module; the configuration and statistics are in
+:mod:`._trio.tcp_config` (the transport's) and :mod:`._trio.tcp_tokenring`
+(the token ring's), the stream framing in :mod:`._trio.tcp_framing`, the
+incoming streams in :mod:`._trio.tcp_inbound`, the outgoing ones in
+:mod:`._trio.tcp_links`.
 
 ::
 
@@ -25,45 +36,83 @@ streams in :mod:`._trio.tcp_inbound`, the outgoing ones in :mod:`._trio.tcp_link
         node.broadcast(b"hello")
         async for delivery in node:
             print(delivery.event.payload)
+
+    # any stream endpoint:
+    async with TcpNode(TcpNodeConfig(bind="127.0.0.1:9001"), make_endpoint) as node:
+        ...
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Generic, TypeVar
 
+import attrs
 import trio
 
-from epto import ProcessId
-from epto.endpoint import Address, TokenRingEndpoint, Transmit, join_host_port, parse_host_port
+from epto import ConfigurationError, ProcessId
+from epto.endpoint import (
+    Address,
+    EndpointStatistics,
+    StreamEndpoint,
+    TokenRingEndpoint,
+    Transmit,
+    join_host_port,
+    parse_host_port,
+)
 from epto.tokenring import TokenRingProcess
 
 from ._trio.loop import TrioDriver
-from ._trio.tcp_config import MemberExcludedError, TokenRingNodeConfig, TokenRingNodeStatistics
+from ._trio.tcp_config import TcpNodeConfig, TcpNodeStatistics
 from ._trio.tcp_inbound import InboundGate
 from ._trio.tcp_links import PeerLinks
+from ._trio.tcp_tokenring import MemberExcludedError, TokenRingNodeConfig, TokenRingNodeStatistics
 
 __all__ = [
     "MemberExcludedError",
+    "TcpNode",
+    "TcpNodeConfig",
+    "TcpNodeStatistics",
     "TokenRingNode",
     "TokenRingNodeConfig",
     "TokenRingNodeStatistics",
 ]
 
+E = TypeVar("E", bound=StreamEndpoint)
 
-class TokenRingNode(TrioDriver):
-    """One token-ring member on TCP; an async context manager owning its tasks."""
+if TYPE_CHECKING:
 
-    mode = "token-ring"
+    def _the_ring_is_a_stream_endpoint(endpoint: TokenRingEndpoint) -> StreamEndpoint:
+        return endpoint  # checked by mypy: TokenRingEndpoint has the protocol's surface
 
-    def __init__(self, config: TokenRingNodeConfig) -> None:
+
+class TcpNode(TrioDriver, Generic[E]):
+    """One member of a group on TCP, running the stream endpoint that
+    ``make_endpoint(now)`` builds when the node starts (``now`` is the
+    node's clock, trio's, in seconds); an async context manager owning its
+    tasks.
+
+    The endpoint's ``limits.max_frame_size`` must be the configuration's
+    (``config.limits``): frames of that size are read from the streams.
+    ``statistics()`` is a :class:`TcpNodeStatistics`. When the endpoint
+    stops (``stopped``), the node stops, and iterating it raises
+    :meth:`_stopped_error` (an :class:`epto.LocalProtocolError` unless a
+    subclass says otherwise) after the deliveries already queued.
+    """
+
+    def __init__(self, config: TcpNodeConfig, make_endpoint: Callable[[float], E]) -> None:
         super().__init__(
             flush_timeout=config.flush_timeout,
             delivery_buffer=config.delivery_buffer,
             overflow=config.overflow,
         )
-        self.config = config
+        self.tcp_config = config
+        """The transport's settings."""
         self.address = ""
-        self._ring: TokenRingEndpoint | None = None
+        """Where this node listens, once started (``"host:port"``)."""
+        self._make_endpoint = make_endpoint
+        self._stream: E | None = None
         self._listeners: list[trio.SocketListener] = []
         self._counts = dict.fromkeys(("sent", "dropped", "connects", "connect_failures"), 0)
         self._links = PeerLinks(config, self._address_of, self._counts, self._opening, self._spawn)
@@ -71,30 +120,23 @@ class TokenRingNode(TrioDriver):
 
     # -- what the driver loop needs -----------------------------------------
 
-    def _open_endpoint(self, now: float) -> TokenRingEndpoint:
-        cfg = self.config
-        self._ring = TokenRingEndpoint(
-            cfg.pid,
-            cfg.tokenring,
-            now=now,
-            wall=time.time(),
-            members=cfg.members,
-            contacts=cfg.contacts,
-            group=cfg.group,
-            group_key=cfg.group_key,
-            limits=cfg.limits,
-            signing_key=cfg.signing_key,
-            roster=cfg.roster,
-            seed=cfg.seed,
-        )
-        return self._ring
+    def _open_endpoint(self, now: float) -> E:
+        endpoint = self._make_endpoint(now)
+        frame = self.tcp_config.limits.max_frame_size
+        if endpoint.limits.max_frame_size != frame:
+            raise ConfigurationError(
+                f"the endpoint's limits.max_frame_size={endpoint.limits.max_frame_size} "
+                f"is not the node's (TcpNodeConfig.limits.max_frame_size={frame})"
+            )
+        self._stream = endpoint
+        return endpoint
 
     async def _open_link(self) -> None:
-        host, port = parse_host_port(self.config.bind)
+        host, port = parse_host_port(self.tcp_config.bind)
         self._listeners = await trio.open_tcp_listeners(port, host=host)
         bound = self._listeners[0].socket.getsockname()
         self.address = join_host_port(bound[0], bound[1])
-        self._require_ring().set_advertised(self.config.advertise or self.address)
+        self._require_endpoint().set_advertised(self.tcp_config.advertise or self.address)
 
     def _start_receiving(self) -> None:
         self._spawn(self._serve)
@@ -124,6 +166,11 @@ class TokenRingNode(TrioDriver):
         for dest, frames in by_dest.items():
             send(dest, frames)
 
+    async def _sent(self) -> None:
+        # Leaving: what the endpoint handed out last (its goodbyes) is written
+        # on the streams that are up before they close.
+        await self._links.drain()
+
     def _forget(self, gone: list[ProcessId]) -> None:
         # Members that left the view (excluded, or rejoining under a new
         # identity) are never sent to again: their links stop waiting.
@@ -134,64 +181,39 @@ class TokenRingNode(TrioDriver):
         for listener in self._listeners:
             listener.socket.close()
 
-    def _stopped_error(self, reason: str) -> Exception:
-        return MemberExcludedError(
-            f"member {self.config.pid} left the group's view for good "
-            f"({reason}); rejoin with a new process id through contacts",
-            reason=reason,
-        )
-
     def _address_of(self, pid: ProcessId) -> Address | None:
-        return self._ring.address_of(pid) if self._ring is not None else None
+        return self._stream.address_of(pid) if self._stream is not None else None
 
     def _opening(self, dest: ProcessId) -> list[bytes]:
-        return self._require_ring().opening(dest)
+        return self._require_endpoint().opening(dest)
 
-    def _require_ring(self) -> TokenRingEndpoint:
-        if self._ring is None:
+    def _require_endpoint(self) -> E:
+        if self._stream is None:
             self._require_loop()
-        assert self._ring is not None
-        return self._ring
+        assert self._stream is not None
+        return self._stream
 
     # -- application API ----------------------------------------------------
 
     @property
+    def endpoint(self) -> E:
+        """The sans-IO stream endpoint this node runs (once started)."""
+        return self._require_endpoint()
+
+    @property
     def pid(self) -> ProcessId:
-        return self.config.pid
+        """This member's process id (the endpoint's; once started)."""
+        return self._require_endpoint().pid
 
-    @property
-    def excluded(self) -> bool:
-        """True once this member is out of the view for good (the node has
-        stopped; iterating raises :class:`MemberExcludedError` after the
-        deliveries already queued)."""
-        return self._ring is not None and self._ring.stopped is not None
+    def statistics(self) -> TcpNodeStatistics:
+        return self._tcp_statistics(self._require_endpoint().statistics())
 
-    def set_address(self, pid: ProcessId, address: Address) -> None:
-        """Where ``pid`` is reached from now on (the next connection uses it)."""
-        self._require_ring().set_address(pid, address)
-
-    def addresses(self) -> dict[ProcessId, Address]:
-        """Where this node reaches each process it knows of."""
-        return self._require_ring().addresses()
-
-    @property
-    def process(self) -> TokenRingProcess:
-        return self._require_ring().process
-
-    def statistics(self) -> TokenRingNodeStatistics:
-        ring = self._require_ring()
+    def _tcp_statistics(self, e: EndpointStatistics) -> TcpNodeStatistics:
+        """The transport's counters, with the endpoint's common ones ``e``."""
         loop = self._require_loop()
-        e = ring.statistics()
-        s = e.process
         c = self._counts
         gate = self._gate
-        return TokenRingNodeStatistics(
-            role=s.role,
-            view=s.view,
-            instance=s.instance,
-            core=s.core,
-            members=s.members,
-            holds_token=e.holds_token,
+        return TcpNodeStatistics(
             broadcasts=e.broadcasts,
             delivered=e.delivered,
             frames_sent=c["sent"],
@@ -207,4 +229,76 @@ class TokenRingNode(TrioDriver):
             inbound_streams=gate.open,
             inbound_buffered=gate.buffered(),
             inbound_buffer_peak=gate.peak(),
+        )
+
+
+class TokenRingNode(TcpNode[TokenRingEndpoint]):
+    """One token-ring member on TCP; an async context manager owning its tasks."""
+
+    mode = "token-ring"
+
+    def __init__(self, config: TokenRingNodeConfig) -> None:
+        self.config = config
+        super().__init__(config.tcp(), self._open_ring)
+
+    def _open_ring(self, now: float) -> TokenRingEndpoint:
+        cfg = self.config
+        return TokenRingEndpoint(
+            cfg.pid,
+            cfg.tokenring,
+            now=now,
+            wall=time.time(),
+            members=cfg.members,
+            contacts=cfg.contacts,
+            group=cfg.group,
+            group_key=cfg.group_key,
+            limits=cfg.limits,
+            signing_key=cfg.signing_key,
+            roster=cfg.roster,
+            seed=cfg.seed,
+        )
+
+    def _stopped_error(self, reason: str) -> Exception:
+        return MemberExcludedError(
+            f"member {self.config.pid} left the group's view for good "
+            f"({reason}); rejoin with a new process id through contacts",
+            reason=reason,
+        )
+
+    # -- application API ----------------------------------------------------
+
+    @property
+    def pid(self) -> ProcessId:
+        return self.config.pid
+
+    @property
+    def excluded(self) -> bool:
+        """True once this member is out of the view for good (the node has
+        stopped; iterating raises :class:`MemberExcludedError` after the
+        deliveries already queued)."""
+        return self._stream is not None and self._stream.stopped is not None
+
+    def set_address(self, pid: ProcessId, address: Address) -> None:
+        """Where ``pid`` is reached from now on (the next connection uses it)."""
+        self._require_endpoint().set_address(pid, address)
+
+    def addresses(self) -> dict[ProcessId, Address]:
+        """Where this node reaches each process it knows of."""
+        return self._require_endpoint().addresses()
+
+    @property
+    def process(self) -> TokenRingProcess:
+        return self._require_endpoint().process
+
+    def statistics(self) -> TokenRingNodeStatistics:
+        e = self._require_endpoint().statistics()
+        s = e.process
+        return TokenRingNodeStatistics(
+            role=s.role,
+            view=s.view,
+            instance=s.instance,
+            core=s.core,
+            members=s.members,
+            holds_token=e.holds_token,
+            **attrs.asdict(self._tcp_statistics(e), recurse=False),
         )

@@ -32,6 +32,7 @@ from ._epto import EptoEndpoint as EptoEndpoint
 from ._epto import EptoEndpointStatistics as EptoEndpointStatistics
 from ._protocol import Endpoint as Endpoint
 from ._protocol import EndpointStatistics as EndpointStatistics
+from ._protocol import StreamEndpoint as StreamEndpoint
 from ._protocol import Transmit as Transmit
 from ._tokenring import OPENER_MAX as OPENER_MAX
 from ._tokenring import TokenRingEndpoint as TokenRingEndpoint
@@ -51,6 +52,7 @@ __all__ = [
     "Mode",
     "NodeConfig",
     "OverflowPolicy",
+    "StreamEndpoint",
     "TokenRingEndpoint",
     "TokenRingEndpointStatistics",
     "Transmit",

@@ -19,6 +19,10 @@ Rules every endpoint keeps:
 * the application's misuse (a payload above ``limits.max_payload_size``, a
   broadcast after leaving) raises :class:`epto.LocalProtocolError` and
   changes nothing.
+
+An engine that needs reliable FIFO links (the token ring) has a
+:class:`StreamEndpoint`: the few more things a stream driver (the TCP node,
+``epto.transports.trio_tcp.TcpNode``) asks of it.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from collections.abc import Mapping
 from typing import NamedTuple, Protocol
 
 from .._event import Delivery, EventId, ProcessId
+from .._limits import Limits
+from ._config import Address
 
 
 class Transmit(NamedTuple):
@@ -121,3 +127,36 @@ class Endpoint(Protocol):
         ...
 
     def statistics(self) -> EndpointStatistics: ...
+
+
+class StreamEndpoint(Endpoint, Protocol):
+    """An endpoint run over reliable FIFO links, one stream per peer and
+    direction (TCP): what a stream driver needs beyond :class:`Endpoint`.
+
+    The driver opens a stream to ``dest`` when it first has frames for it
+    (again after the stream broke), at :meth:`address_of`, and writes
+    :meth:`Endpoint.opening` first on every new stream. A receiver accepts
+    frames up to ``limits.max_frame_size`` on a stream once one frame of it
+    was accepted; before that, a small first frame only (the driver's
+    ``first_frame_limit``, at least 512 bytes), so the first opening frame
+    must fit it. Frames are at least ``epto.wire.HEADER_SIZE`` bytes. What
+    a broken stream loses (frames in flight) the engine repairs; the driver
+    never writes a frame twice. :meth:`Endpoint.gone` tells the driver to
+    stop waiting for a peer's stream.
+    """
+
+    @property
+    def limits(self) -> Limits:
+        """The frame bounds; the driver reads frames up to
+        ``limits.max_frame_size`` (every member uses the same)."""
+        ...
+
+    def address_of(self, pid: ProcessId) -> Address | None:
+        """Where ``pid`` listens now (``"host:port"``), or None when unknown
+        (the driver tries again later)."""
+        ...
+
+    def set_advertised(self, address: Address) -> None:
+        """This member's own address, once the driver listens (the
+        configured one, or the bound one): what the endpoint announces."""
+        ...

@@ -1,4 +1,4 @@
-"""The outgoing streams of the token ring's TCP node (real loopback sockets):
+"""The outgoing streams of the TCP node (real loopback sockets):
 frames written directly and frames queued behind a full socket buffer reach
 the peer complete and in order; frames wait for a peer that refuses
 connections until it listens; a full queue drops and counts."""
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import trio
-from epto.transports._trio.tcp_config import TokenRingNodeConfig
+from epto.transports._trio.tcp_config import TcpNodeConfig
 from epto.transports._trio.tcp_framing import FrameReader, pack_frames
 from epto.transports._trio.tcp_links import PeerLinks
 
@@ -36,9 +36,7 @@ def links_for(
     send_queue: int = 10_000,
     reconnect_interval: float = 0.05,
 ) -> PeerLinks:
-    config = TokenRingNodeConfig(
-        pid=1, send_queue=send_queue, reconnect_interval=reconnect_interval
-    )
+    config = TcpNodeConfig(send_queue=send_queue, reconnect_interval=reconnect_interval)
 
     def spawn(fn: Callable[..., Awaitable[None]], *args: Any) -> None:
         nursery.start_soon(fn, *args)

@@ -79,6 +79,7 @@ class TrioDriver(TaskOwner):
                     out = loop.endpoint.datagrams_to_send(self._now())
                     if out:
                         await self._send(out)
+                        await self._sent()
         finally:
             # Also when the code that entered the node is cancelled meanwhile:
             # the tasks stop and the sockets are closed.
@@ -213,6 +214,10 @@ class TrioDriver(TaskOwner):
     async def _send(self, out: list[Transmit]) -> None:
         """Send every frame; failures are counted, never raised (the loop must go on)."""
         raise NotImplementedError
+
+    async def _sent(self) -> None:
+        """Wait until what :meth:`_send` handed over is on its way (a link
+        that queues frames writes them); ``aclose`` bounds the wait."""
 
     def _forget(self, gone: list[ProcessId]) -> None:
         """These processes left the group's view: their links can go."""

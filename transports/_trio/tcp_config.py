@@ -1,70 +1,106 @@
-"""The configuration and the statistics of a token-ring node on TCP
-(:class:`~epto.transports.trio_tcp.TokenRingNode`), and the error its
-deliveries end with once the member is excluded."""
+"""The configuration and the statistics of a TCP node
+(:class:`~epto.transports.trio_tcp.TcpNode`), whichever stream endpoint it runs.
+
+:class:`TcpNodeConfig` holds the transport's settings only: where to listen,
+the frame bounds, the delivery buffer, the outgoing streams' queues and
+retries, and what an incoming connection may cost before its first frame is
+accepted. The engine's own settings are its endpoint's (the token ring's
+node adds them in :mod:`.tcp_tokenring`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 
 import attrs
 
-from epto import ConfigurationError, GroupKey, Limits, LocalProtocolError, ProcessId
+from epto import ConfigurationError, Limits
 from epto.endpoint import OPENER_MAX, Address, OverflowPolicy, parse_host_port
-from epto.tokenring import TokenRingConfig
 
-__all__ = ["MemberExcludedError", "TokenRingNodeConfig", "TokenRingNodeStatistics"]
+__all__ = ["MIN_FIRST_FRAME", "TcpNodeConfig", "TcpNodeStatistics", "check_tcp_fields"]
 
 MIN_FIRST_FRAME = 512
-"""Least ``first_frame_limit`` (above :data:`OPENER_MAX`)."""
+"""Least ``first_frame_limit`` (above :data:`epto.endpoint.OPENER_MAX`, the
+token ring's largest opening frame)."""
 
 
 def _stream_limits() -> Limits:
-    # A catch-up carries up to 4096 sequenced messages (TokenRingProcess); a
-    # payload is at most the default window budget (TokenRingConfig.check_limits).
-    return Limits.for_frame_size(1 << 20, max_events_per_ball=4096, max_payload_size=524_224)
+    return Limits.for_frame_size(1 << 20)
+
+
+class _TcpFields(Protocol):
+    """The fields :func:`check_tcp_fields` reads (a :class:`TcpNodeConfig`,
+    or a node configuration that has them flat)."""
+
+    @property
+    def advertise(self) -> Address | None: ...
+
+    @property
+    def limits(self) -> Limits: ...
+
+    @property
+    def max_connections(self) -> int: ...
+
+    @property
+    def max_connections_per_address(self) -> int: ...
+
+    @property
+    def handshake_timeout(self) -> float: ...
+
+    @property
+    def first_frame_limit(self) -> int: ...
+
+
+def check_tcp_fields(config: _TcpFields, owner: str) -> None:
+    """Raise :class:`epto.ConfigurationError`, naming ``owner.field``, unless
+    the transport's fields of ``config`` are valid (the idle timeout aside:
+    who sets it checks it)."""
+    if config.advertise is not None:
+        parse_host_port(config.advertise)
+    for name in ("max_connections", "max_connections_per_address"):
+        value = getattr(config, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigurationError(f"{owner}.{name} must be an int >= 1, got {value!r}")
+    if not config.handshake_timeout > 0:
+        raise ConfigurationError(
+            f"{owner}.handshake_timeout must be > 0, got {config.handshake_timeout!r}"
+        )
+    limit = config.first_frame_limit
+    frame = config.limits.max_frame_size
+    if not isinstance(limit, int) or not MIN_FIRST_FRAME <= limit <= frame:
+        raise ConfigurationError(
+            f"{owner}.first_frame_limit must be an int in [{MIN_FIRST_FRAME}, "
+            f"limits.max_frame_size={frame}] (a stream's opening address frame "
+            f"takes up to {OPENER_MAX} bytes), got {limit!r}"
+        )
 
 
 @attrs.frozen(kw_only=True)
-class TokenRingNodeConfig:
-    """How to run one token-ring node on TCP.
+class TcpNodeConfig:
+    """How to run one node on TCP, whatever its engine. Times are in seconds.
 
-    Bootstrap members all pass the same ``members`` (pid to ``"host:port"``,
-    this node included). A new identity joining a running group passes
-    ``contacts`` instead (some current members); it learns the other members'
-    addresses from them, and they learn its address from the hello at the
-    start of its streams (see :mod:`epto.transports._addresses`). Times are in
-    seconds.
+    Every stream carries frames in one direction, each after its length; a
+    node opens one outgoing stream to every peer it sends to and reads one
+    incoming stream from every peer that sends to it.
     """
 
-    pid: ProcessId
     bind: Address = "127.0.0.1:0"
     """Where this node listens; port 0 picks a free port (see ``node.address``)."""
-    members: Mapping[ProcessId, Address] = attrs.field(factory=dict)
-    contacts: Mapping[ProcessId, Address] = attrs.field(factory=dict)
-    """Join a running group through these members (a new identity)."""
     advertise: Address | None = None
-    """The address announced to the others in hellos; default the bound
-    address, whose unspecified host (``0.0.0.0``) a receiver replaces by the
-    address the connection comes from."""
-    tokenring: TokenRingConfig = attrs.field(factory=TokenRingConfig)
-    group: int = 0
-    """Group id carried by every frame; frames of other groups are refused."""
-    group_key: GroupKey | None = None
-    """Seal every frame under this key (AEAD), bound to its receiver."""
-    signing_key: bytes | None = None
-    """This member's Ed25519 private key (32 bytes, ``epto.keys.load_signing_key``):
-    its broadcasts are signed (docs/security.md)."""
-    roster: Mapping[ProcessId, bytes] | None = None
-    """Public keys of the members (``epto.keys.load_roster``): events whose
-    signature does not verify are refused and counted in
-    ``statistics().rejected`` (``bad-signature``, ``unsigned``,
-    ``unknown-source``, ``altered``). A signed group sets both."""
+    """The address the endpoint announces to the others
+    (``StreamEndpoint.set_advertised``); default the bound address."""
     limits: Limits = attrs.field(factory=_stream_limits)
-    """Frame bounds (every member must use the same). Token states and
-    catch-ups grow with the unstable messages, hence 1 MiB frames by default."""
-    seed: int | None = None
+    """Frame bounds: the largest frame read from a stream is
+    ``limits.max_frame_size`` (every member must use the same, and the
+    endpoint's ``limits`` must have it too). Default 1 MiB frames."""
     delivery_buffer: int = 100_000
+    """Deliveries waiting for the application, at most."""
     overflow: OverflowPolicy = "fail"
+    """What a full delivery buffer does (docs/transports.md)."""
+    flush_timeout: float = 5.0
+    """Seconds ``aclose()`` waits for the endpoint to say that this node's
+    own broadcasts are safe (``Endpoint.flushed``)."""
     reconnect_interval: float = 0.05
     """Least time between two connection attempts to one peer."""
     connect_timeout: float = 1.0
@@ -72,121 +108,46 @@ class TokenRingNodeConfig:
     """Frames queued for one peer (waiting for the stream to write them, or
     for a stream to the peer to be up); beyond that new frames for it are
     dropped and counted in ``frames_dropped``."""
-    flush_timeout: float = 5.0
-    """Seconds ``aclose()`` waits for this node's own broadcasts to be delivered."""
     max_connections: int = 256
     """Incoming streams open at once (authenticated or not). A connection
     beyond it is closed at once and counted in
-    ``statistics().connections_refused["too-many-connections"]``. A member
-    keeps one incoming stream per peer that sends to it."""
+    ``statistics().connections_refused["too-many-connections"]``."""
     max_connections_per_address: int = 64
     """Incoming streams open at once from one remote IP address; beyond it a
     new connection is closed at once (``"too-many-from-address"``)."""
     handshake_timeout: float = 5.0
     """Seconds a new incoming stream has to deliver its first frame, which
-    must authenticate (with ``group_key``) or decode (without), else it is
-    closed (``"handshake-timeout"``; a first frame that does not pass is
-    ``"handshake-rejected"``)."""
+    the endpoint must accept (``Endpoint.receive`` true), else it is closed
+    (``"handshake-timeout"``; a first frame refused is ``"handshake-rejected"``)."""
     first_frame_limit: int = 4096
     """Largest first frame of an incoming stream, in bytes: before a frame of
-    the stream authenticated, at most this much (and its length prefix) is
+    the stream was accepted, at most this much (and its length prefix) is
     buffered for it; a longer announced length closes the stream
-    (``"first-frame-too-large"``). Every stream of this driver opens with a
-    small address frame (at most 318 bytes), so this bounds what an outsider
-    makes a node hold per connection without limiting what members send:
-    after the first frame, frames up to ``limits.max_frame_size``."""
-    idle_timeout: float | None = None
-    """Seconds an incoming stream may go without a frame that is accepted
-    (authenticates, or decodes without a key) before it is closed
-    (``"idle-timeout"``). ``None``: ``max(30, 2 * tokenring.exclude_timeout)``.
-    Every member sends every other member a heartbeat each
-    ``tokenring.heartbeat_interval`` (a joining process a join each
-    ``change_timeout``), so a live member's stream is never idle that long; a
-    given value must be at least ``3 * max(tokenring.suspect_timeout,
-    tokenring.change_timeout)``."""
+    (``"first-frame-too-large"``). A stream's first frame is the first of the
+    endpoint's ``opening(dest)``, which must therefore fit; after it, frames
+    up to ``limits.max_frame_size``."""
+    idle_timeout: float = 30.0
+    """Seconds an incoming stream may go without an accepted frame before it
+    is closed (``"idle-timeout"``); ``inf``: never. The engine must send
+    every peer something more often (a heartbeat)."""
 
     def __attrs_post_init__(self) -> None:
-        for what, book in (("members", self.members), ("contacts", self.contacts)):
-            for pid, address in book.items():
-                if not isinstance(pid, int) or not 0 <= pid < 2**64:
-                    raise ConfigurationError(f"{what}: process id out of range: {pid!r}")
-                parse_host_port(address)
-        if self.contacts and set(self.members) - {self.pid}:
+        check_tcp_fields(self, "TcpNodeConfig")
+        if not self.idle_timeout > 0:
             raise ConfigurationError(
-                "TokenRingNodeConfig: bootstrap with 'members' or join through 'contacts', not both"
+                f"TcpNodeConfig.idle_timeout must be > 0, got {self.idle_timeout!r}"
             )
-        if self.pid in self.contacts:
-            raise ConfigurationError("TokenRingNodeConfig: a node cannot be its own contact")
-        if self.advertise is not None:
-            parse_host_port(self.advertise)
-        # A full view change sends the unstable window in one frame.
-        self.tokenring.check_limits(self.limits)
-        self._check_inbound()
-
-    def _check_inbound(self) -> None:
-        for name in ("max_connections", "max_connections_per_address"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigurationError(
-                    f"TokenRingNodeConfig.{name} must be an int >= 1, got {value!r}"
-                )
-        if not self.handshake_timeout > 0:
-            raise ConfigurationError(
-                f"TokenRingNodeConfig.handshake_timeout must be > 0, got {self.handshake_timeout!r}"
-            )
-        limit = self.first_frame_limit
-        if not isinstance(limit, int) or not MIN_FIRST_FRAME <= limit <= self.limits.max_frame_size:
-            raise ConfigurationError(
-                f"TokenRingNodeConfig.first_frame_limit must be an int in [{MIN_FIRST_FRAME}, "
-                f"limits.max_frame_size={self.limits.max_frame_size}] (a stream's opening "
-                f"address frame takes up to {OPENER_MAX} bytes), got {limit!r}"
-            )
-        if self.idle_timeout is not None:
-            ring = self.tokenring
-            least = 3 * max(ring.suspect_timeout, ring.change_timeout)
-            if not self.idle_timeout >= least:
-                raise ConfigurationError(
-                    "TokenRingNodeConfig.idle_timeout must be at least 3 * max("
-                    f"tokenring.suspect_timeout, tokenring.change_timeout) = {least!r} "
-                    f"(live members send heartbeats more often), got {self.idle_timeout!r}"
-                )
-
-    def idle_after(self) -> float:
-        """The idle timeout in effect (see :attr:`idle_timeout`)."""
-        if self.idle_timeout is not None:
-            return self.idle_timeout
-        return max(30.0, 2 * self.tokenring.exclude_timeout)
-
-
-class MemberExcludedError(LocalProtocolError):
-    """This member is out of the group's view for good (excluded by a view
-    change, its delivered prefix diverged, or it fell too far behind). The node
-    has stopped; to take part again, start a new node with a **new** process id
-    that joins through ``contacts``. :attr:`reason` is the process's
-    ``exclusion``: ``"removed from the view"``, ``"diverged"`` or ``"too far
-    behind"``."""
-
-    def __init__(self, message: str, *, reason: str | None = None) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 @attrs.frozen(kw_only=True, slots=True)
-class TokenRingNodeStatistics:
-    """The process's counters and the transport's."""
+class TcpNodeStatistics:
+    """The endpoint's common counters and the transport's."""
 
-    role: str
-    view: int
-    instance: int
-    core: tuple[ProcessId, ...]
-    members: tuple[ProcessId, ...]
-    holds_token: bool
-    """This member holds the token now."""
     broadcasts: int
     delivered: int
     frames_sent: int
     frames_received: int
-    """Frames read from incoming streams (address frames and refused ones included)."""
+    """Frames read from incoming streams (opening frames and refused ones included)."""
     frames_dropped: int
     """Frames lost in a stream that broke while writing them, or refused by a
     full send queue (frames for a peer not reachable yet wait instead)."""

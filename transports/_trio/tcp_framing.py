@@ -1,4 +1,4 @@
-"""Length-prefixed frames on a TCP stream, for the token ring's TCP node.
+"""Length-prefixed frames on a TCP stream, for the TCP node.
 
 Every frame on a stream is preceded by its length (uint32, big-endian).
 (Splitting a message too big for one frame is the endpoint's decision:

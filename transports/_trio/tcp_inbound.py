@@ -1,4 +1,4 @@
-"""The incoming TCP streams of a token-ring node: each one is admitted (or
+"""The incoming TCP streams of a TCP node: each one is admitted (or
 refused) by :class:`InboundGate`, then read by its own task, cut into frames,
 decoded and handed to the node, until it ends, breaks its framing or times
 out (then it is closed; a member reconnects).
@@ -8,13 +8,15 @@ What an incoming connection may cost before it proved anything is bounded
 
 * at most ``max_connections`` streams at once, ``max_connections_per_address``
   from one remote address: a connection beyond either is closed at once;
-* its first frame must arrive within ``handshake_timeout`` and authenticate
-  (with a group key) or decode (without), else the stream is closed;
+* its first frame must arrive within ``handshake_timeout`` and be accepted
+  by the endpoint (the token ring's: it authenticates with a group key, or
+  decodes without), else the stream is closed;
 * until then the reader buffers at most ``first_frame_limit`` bytes and a
   length prefix (it reads no more, and a longer announced length closes the
   stream); only after the first frame passed does it accept frames up to
-  ``limits.max_frame_size``. Every stream of this driver opens with a small
-  address frame (the hello's first frame), so members are not limited;
+  ``limits.max_frame_size``. Every stream of this driver opens with the
+  endpoint's opening frames (the token ring's first one: a small address
+  frame, the hello's), so members are not limited;
 * a stream with no accepted frame for ``idle_timeout`` is closed.
 
 Every refusal is counted by reason in :attr:`InboundGate.refused` (the
@@ -32,7 +34,7 @@ import trio
 from epto import Limits
 from epto.wire import HEADER_SIZE
 
-from .tcp_config import TokenRingNodeConfig
+from .tcp_config import TcpNodeConfig
 from .tcp_framing import FrameReader, FramingError
 
 __all__ = ["Inbound", "InboundGate", "read_stream"]
@@ -61,11 +63,11 @@ class InboundGate:
     """Admits, reads and accounts for the incoming streams of one node: the
     handler :func:`trio.serve_listeners` runs for each accepted connection."""
 
-    def __init__(self, config: TokenRingNodeConfig, inbound: Inbound) -> None:
+    def __init__(self, config: TcpNodeConfig, inbound: Inbound) -> None:
         self._config = config
         self._limits = config.limits
         self._inbound = inbound
-        self._idle = config.idle_after()
+        self._idle = config.idle_timeout
         self.refused: Counter[str] = Counter()
         """Connections closed by the node, by reason."""
         self.open = 0

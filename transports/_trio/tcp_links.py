@@ -1,8 +1,9 @@
-"""The outgoing TCP streams of a token-ring node, one per peer.
+"""The outgoing TCP streams of a TCP node, one per peer.
 
 A peer's stream is owned by a task: it connects on demand (at most one
-attempt per ``reconnect_interval``), starts every new stream with this node's
-address book (the hello), and writes what is queued for the peer, in order:
+attempt per ``reconnect_interval``), starts every new stream with the
+endpoint's opening frames (``opening(dest)``; the token ring's: its address
+book, the hello), and writes what is queued for the peer, in order:
 everything queued since its last write goes out in one write. (Writing
 directly from the flusher, or with non-blocking sends that skip trio's
 yield after a write, was measured: fewer task steps, but smaller writes and
@@ -15,8 +16,9 @@ not started listening yet, one restarting): the queue is bounded by
 stream that breaks loses what it was writing (counted too); the frames
 queued after that write go out on the next stream, and nothing is written
 twice. The protocol repairs what a broken stream lost. Only once a peer has
-left the group's view is what waits for it dropped (:meth:`PeerLinks.forget`,
-counted), so that a crashed member's link stops retrying.
+left the group's view (the endpoint's ``gone()``) is what waits for it
+dropped (:meth:`PeerLinks.forget`, counted), so that a crashed member's link
+stops retrying.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import trio
 from epto import ProcessId
 from epto.endpoint import Address, parse_host_port
 
-from .tcp_config import TokenRingNodeConfig
+from .tcp_config import TcpNodeConfig
 from .tcp_framing import pack_frames
 
 __all__ = ["PeerLinks", "close_quietly"]
@@ -42,7 +44,7 @@ _BROKEN = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 class _Link:
     """The state of the stream to one peer."""
 
-    __slots__ = ("frames", "lot", "queue", "stream")
+    __slots__ = ("frames", "lot", "queue", "stream", "writing")
 
     def __init__(self) -> None:
         self.stream: trio.SocketStream | None = None
@@ -50,6 +52,8 @@ class _Link:
         """Bytes to write in order, each with the number of frames it completes."""
         self.frames = 0
         """Frames in ``queue``."""
+        self.writing = False
+        """A write to ``stream`` is under way."""
         self.lot = trio.lowlevel.ParkingLot()
 
 
@@ -64,7 +68,7 @@ class PeerLinks:
 
     def __init__(
         self,
-        config: TokenRingNodeConfig,
+        config: TcpNodeConfig,
         address_of: Callable[[ProcessId], Address | None],
         counts: dict[str, int],
         hello: Callable[[ProcessId], list[bytes]],
@@ -76,6 +80,7 @@ class PeerLinks:
         self._hello = hello
         self._spawn = spawn
         self._links: dict[ProcessId, _Link] = {}
+        self._written = trio.lowlevel.ParkingLot()
 
     def send(self, dest: ProcessId, frames: list[bytes], *, count_drops: bool = True) -> None:
         """Send ``frames`` to ``dest``, in order after what was sent before,
@@ -110,6 +115,17 @@ class PeerLinks:
         link.queue.clear()
         link.frames = 0
 
+    async def drain(self) -> None:
+        """Wait until every stream that is up has written what is queued for
+        it (a node leaving: what its endpoint handed out last goes out before
+        the streams close). Peers whose stream is not up are not waited for;
+        the caller bounds the wait."""
+        while any(
+            link.stream is not None and (link.frames or link.writing)
+            for link in self._links.values()
+        ):
+            await self._written.park()
+
     async def _peer_sender(self, dest: ProcessId, link: _Link) -> None:
         """Owns the outgoing stream to ``dest``: connects on demand (again
         after ``reconnect_interval`` while attempts fail), writes what is
@@ -134,6 +150,7 @@ class PeerLinks:
                 link.queue.clear()
                 link.frames = 0
                 assert link.stream is not None
+                link.writing = True
                 try:
                     await link.stream.send_all(data)
                 except _BROKEN:
@@ -142,6 +159,9 @@ class PeerLinks:
                     self._counts["dropped"] += count
                     await self._drop_stream(link)
                     continue
+                finally:
+                    link.writing = False
+                    self._written.unpark_all()
                 self._counts["sent"] += count
         finally:
             await self._drop_stream(link)
