@@ -1,0 +1,85 @@
+"""Sequencing atoms over TCP with trio: the generic TCP node running an
+:class:`epto.endpoint.AtomsEndpoint` (reliable FIFO links, as the engine
+assumes).
+
+::
+
+    graph = SequencingGraph.build({0: {1, 2, 3}, 1: {2, 3, 4}})
+    addresses = {1: "127.0.0.1:9001", 2: "127.0.0.1:9002", ...}
+    async with AtomsNode(2, graph, addresses) as node:
+        node.publish(1, b"hello")          # to group 1, in the pairwise order
+        async for delivery in node:
+            print(delivery.event.source, delivery.event.payload)
+
+Every node builds the same graph from the same membership, and every node
+of the graph must run (atoms are hosted on members); the membership is
+fixed for the life of the nodes (docs/atoms.md).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+import attrs
+
+from epto import EventId, GroupKey, LocalProtocolError, ProcessId
+from epto.atoms import SequencingGraph
+from epto.endpoint import Address, AtomsEndpoint
+
+from .trio_tcp import TcpNode, TcpNodeConfig
+
+__all__ = ["AtomsNode"]
+
+
+class AtomsNode(TcpNode[AtomsEndpoint]):
+    """One node of a sequencing-atoms deployment on TCP; an async context manager.
+
+    ``addresses`` maps every node of the graph to ``"host:port"``; this node
+    listens on its own entry unless ``tcp`` says otherwise.
+    """
+
+    mode = "atoms"
+
+    def __init__(
+        self,
+        pid: ProcessId,
+        graph: SequencingGraph,
+        addresses: Mapping[ProcessId, Address],
+        *,
+        tcp: TcpNodeConfig | None = None,
+        frame_group: int = 0,
+        group_key: GroupKey | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if pid not in addresses:
+            raise LocalProtocolError(f"addresses has no entry for this node ({pid})")
+        config = tcp if tcp is not None else TcpNodeConfig(bind=addresses[pid])
+        if tcp is not None and tcp.bind == TcpNodeConfig().bind:
+            config = attrs.evolve(tcp, bind=addresses[pid])
+
+        def make_endpoint(now: float) -> AtomsEndpoint:
+            return AtomsEndpoint(
+                pid,
+                graph,
+                addresses=addresses,
+                now=now,
+                wall=time.time(),
+                limits=config.limits,
+                frame_group=frame_group,
+                group_key=group_key,
+                seed=seed,
+            )
+
+        super().__init__(config, make_endpoint)
+        self.graph = graph
+
+    def publish(self, group: int, payload: bytes) -> EventId:
+        """Send ``payload`` to the members of ``group`` (this node is one)."""
+        if self._state != "running":
+            raise LocalProtocolError(f"cannot publish on a node that is {self._state}")
+        endpoint = self.endpoint
+        assert isinstance(endpoint, AtomsEndpoint)
+        eid = endpoint.publish(group, payload, self._now())
+        self._poke()
+        return eid
