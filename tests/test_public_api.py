@@ -227,7 +227,7 @@ PUBLIC_SUBMODULES: dict[str, frozenset[str]] = {
     ),
     "epto.tokenring": frozenset({"simulation"}),
     "epto.transports": frozenset(
-        {"memory", "simulation", "trio_node", "trio_tcp", "trio_udp", "zmq_node"}
+        {"memory", "simulation", "trio_atoms", "trio_node", "trio_tcp", "trio_udp", "zmq_node"}
     ),
 }
 
@@ -236,6 +236,7 @@ NODE_MODULES: dict[str, frozenset[str]] = {
     # they import too; their __all__ (what ``import *`` gives) is pinned.
     "epto.transports.memory": frozenset({"MemoryHub", "MemoryNode"}),
     "epto.transports.trio_udp": frozenset({"TrioNode"}),
+    "epto.transports.trio_atoms": frozenset({"AtomsNode"}),
     "epto.transports.trio_tcp": frozenset(
         {
             "MemberExcludedError",

@@ -8,7 +8,9 @@ that importing this package needs neither trio nor pyzmq:
   event loop, real time;
 * :class:`epto.transports.trio_udp.TrioNode`: EpTO on UDP datagrams with trio;
 * :class:`epto.transports.zmq_node.ZmqNode`: EpTO on ZeroMQ, synchronous and thread-safe;
-* :class:`epto.transports.trio_tcp.TokenRingNode`: the token ring on TCP with trio.
+* :class:`epto.transports.trio_tcp.TokenRingNode`: the token ring on TCP with trio
+  (``TcpNode`` there runs any stream endpoint);
+* :class:`epto.transports.trio_atoms.AtomsNode`: sequencing atoms on TCP with trio.
 
 Every node takes a :class:`NodeConfig` (the token-ring node its own
 ``TokenRingNodeConfig``); ``NodeConfig.mode`` chooses the ordering engine, and

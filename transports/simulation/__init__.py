@@ -15,6 +15,7 @@ The modules, bottom up (no import circle: ``tests/test_simulation_layout.py``):
   interface, and the members (joins, crashes, churn, broadcasts, outputs);
 * ``_engines.py``: the engine adapters, ``EptoEngine`` and
   ``TokenRingEngine``: every difference between the two;
+* ``_atoms_engine.py``: ``AtomsEngine``, the sequencing-atoms adapter;
 * ``_simulation.py``: :class:`Simulation`, the run loop;
 * ``_cluster.py``: :class:`Cluster` and :class:`DeliveryRecorder`;
 * ``_ring_cluster.py``: :class:`TokenRingCluster`, the token-ring tests' harness;
@@ -22,9 +23,10 @@ The modules, bottom up (no import circle: ``tests/test_simulation_layout.py``):
 
 Outside ``_engines.py`` nothing switches on the engine, except:
 
-* ``SimulationSpec.validate`` refuses ``mode="token-ring"`` with Cyclon: the
-  spec is a value below the engines (they are built from it), and
-  ``epto simulate`` validates a spec before running it;
+* ``SimulationSpec.validate`` refuses ``mode="token-ring"`` with Cyclon, and
+  ``mode="atoms"`` with loss, churn or a partition: the spec is a value below
+  the engines (they are built from it), and ``epto simulate`` validates a
+  spec before running it;
 * :class:`TokenRingCluster` is a token-ring harness (its type narrowing);
 * the run loop's round timer (``TIMER``) reads the jitter's round length
   from ``proc.config``: only engines that use that kind (EpTO) get there.
