@@ -123,9 +123,9 @@ class TokenRingTcpTransport(_Transport):
     stream (a datagram's ``truncated``)."""
     large_group = 10
     """Twenty token-ring members in this one process's event loop starve
-    each other's failure detectors: at a load average of 2 they did not
-    deliver within the suite's 30 s bound (at the default 0.3 s suspicion
-    timeout not even on a quiet machine: an open finding, docs/token-ring.md)."""
+    each other's failure detectors when the machine is busy: they took 14 to
+    23 s with three CPU-bound processes on two cores, and more than the
+    suite's 30 s bound under heavier load (docs/token-ring.md, "Limits")."""
 
     def group(self) -> contextlib.AbstractAsyncContextManager[Any]:
         return _ring_group()
