@@ -114,14 +114,11 @@ def check_process(value: int, n: int, name: str) -> int:
 
 
 def average_latency(latencies: Matrix, rates: Vector) -> float:
-    """Eq. 3 of the paper, summed exactly (so equal inputs give equal bits)."""
+    """Eq. 3 of the paper: ``fsum`` of the rate-weighted latencies (correctly
+    rounded, so the same inputs give the same bits) over ``N * sum(rate)``."""
     n = len(latencies)
-    total = Fraction(0)
-    for row in latencies:
-        for s, value in enumerate(row):
-            if rates[s]:
-                total += Fraction(rates[s]) * Fraction(value)
-    return float(total / (n * sum(Fraction(rate) for rate in rates)))
+    total = math.fsum(rates[s] * value for row in latencies for s, value in enumerate(row))
+    return total / (n * math.fsum(rates))
 
 
 def decompose(latencies: Matrix) -> tuple[Vector, Vector]:
