@@ -184,6 +184,9 @@ EXPORTS: dict[str, frozenset[str]] = {
             "zipf_memberships",
         }
     ),
+    "epto.optimistic": frozenset(
+        {"Plan", "SetoDelays", "fast_seto", "optimal", "seto_steady_state"}
+    ),
     "epto.transports": frozenset(
         {"DeliveryOverflowError", "Mode", "NodeConfig", "OverflowPolicy", "TransportStatistics"}
     ),
@@ -217,6 +220,7 @@ PUBLIC_SUBMODULES: dict[str, frozenset[str]] = {
             "endpoint",
             "keys",
             "log",
+            "optimistic",
             "params",
             "spark",
             "stability",
