@@ -30,9 +30,10 @@ from .._seal import GroupKey, GroupSealer
 from ..atoms._graph import SequencingGraph
 from ..atoms._messages import atoms_registry
 from ..atoms._process import AtomsProcess, AtomsStatistics
-from ._addresses import AddressBook, Directory, with_addresses
+from ._addresses import Directory, with_addresses
 from ._config import Address, parse_host_port
 from ._protocol import Transmit
+from ._streams import StreamFraming, check_payload
 
 
 @attrs.frozen(kw_only=True, slots=True)
@@ -85,7 +86,7 @@ class AtomsEndpoint:
         sealer = None
         if group_key is not None:
             sealer = GroupSealer(group_key, counter_start=int(wall * 1e6), rng=random.Random(seed))
-        self._codec = FrameCodec(
+        codec = FrameCodec(
             group=frame_group,
             limits=limits,
             registry=with_addresses(atoms_registry()),
@@ -94,8 +95,8 @@ class AtomsEndpoint:
         )
         self._directory = Directory(pid, dict(addresses))
         self._directory.advertised = addresses.get(pid, "")
+        self._framing = StreamFraming(pid, codec, self._directory)
         self._own_pending: set[EventId] = set()
-        self._encode_failures = 0
 
     @property
     def pid(self) -> ProcessId:
@@ -131,27 +132,16 @@ class AtomsEndpoint:
 
     def publish(self, group: int, payload: bytes, now: float) -> EventId:
         """Send ``payload`` to the members of ``group``, in the pairwise order."""
-        limit = self.limits.max_payload_size
-        if len(payload) > limit:
-            raise LocalProtocolError(
-                f"payload of {len(payload)} bytes exceeds limits.max_payload_size={limit}"
-            )
+        check_payload(self.limits, payload)
         eid = self._process.publish(group, payload)
         self._own_pending.add(eid)
         return eid
 
     def receive(self, data: bytes, now: float, *, peer_host: str | None = None) -> bool:
-        frame = self._codec.receive(data, now)  # counts what it refuses
-        if frame is None:
-            return False
-        if type(frame.message) is AddressBook:
-            self._directory.learn(frame.sender, frame.message, lambda: peer_host or "")
-        else:
-            self._process.receive(frame.sender, frame.message)
-        return True
+        return self._framing.receive(data, now, peer_host, self._process.receive)
 
     def reject(self, fault: str) -> None:
-        self._codec.rejected[fault] += 1
+        self._framing.codec.rejected[fault] += 1
 
     def handle_timer(self, now: float) -> None:
         pass  # every decision is taken on an input
@@ -168,34 +158,10 @@ class AtomsEndpoint:
         return True  # every input may route or deliver at once
 
     def datagrams_to_send(self, now: float) -> list[Transmit]:
-        out: list[Transmit] = []
-        me = self._pid
-        codec = self._codec
-        addresses = self._directory.addresses
-        shared = codec.sealer is None
-        encoded: dict[int, list[bytes]] = {}
-        for dest, message in self._process.messages_to_send():
-            frames = encoded.get(id(message)) if shared else None
-            if frames is None:
-                try:
-                    frames = codec.encode(me, message, to=dest)
-                except LocalProtocolError:
-                    self._encode_failures += 1
-                    continue
-                if shared:
-                    encoded[id(message)] = frames
-            address = addresses.get(dest, "")
-            for data in frames:
-                out.append(Transmit(dest, address, data))
-        return out
+        return self._framing.frames(self._process.messages_to_send())
 
     def opening(self, dest: ProcessId) -> list[bytes]:
-        book = AddressBook(entries=((self._pid, self._directory.advertised),))
-        try:
-            return self._codec.encode(self._pid, book, to=dest)
-        except LocalProtocolError:
-            self._encode_failures += 1
-            return self._codec.encode(self._pid, AddressBook(entries=()), to=dest)
+        return self._framing.opener(dest)
 
     def gone(self) -> list[ProcessId]:
         return []
@@ -211,15 +177,10 @@ class AtomsEndpoint:
 
     def statistics(self) -> AtomsEndpointStatistics:
         s = self._process.statistics()
-        rejected = dict(self._codec.rejected)
-        if self._directory.rejected:
-            rejected["bad-address"] = rejected.get("bad-address", 0) + self._directory.rejected
-        for fault, count in s.rejected.items():
-            rejected[fault] = rejected.get(fault, 0) + count
         return AtomsEndpointStatistics(
             process=s,
             broadcasts=s.broadcasts,
             delivered=s.delivered,
-            rejected=rejected,
-            encode_failures=self._encode_failures,
+            rejected=self._framing.rejected(s.rejected),
+            encode_failures=self._framing.encode_failures,
         )

@@ -34,6 +34,7 @@ from .._peer_messages import PeerDescriptor
 from .._signing import EventSigner, SignatureVerifier
 from ._config import Address, NodeConfig
 from ._protocol import Transmit
+from ._streams import check_payload
 
 
 @attrs.frozen(kw_only=True, slots=True)
@@ -149,11 +150,7 @@ class EptoEndpoint:
     # -- inputs -------------------------------------------------------------
 
     def broadcast(self, payload: bytes, now: float) -> EventId:
-        limit = self.config.limits.max_payload_size
-        if len(payload) > limit:
-            raise LocalProtocolError(
-                f"payload of {len(payload)} bytes exceeds limits.max_payload_size={limit}"
-            )
+        check_payload(self.config.limits, payload)
         eid = self._node.broadcast(payload, now)  # raises to the caller, changes nothing
         self._last_broadcast_round = self._node.process.rounds
         return eid

@@ -43,6 +43,7 @@ from ..tokenring._messages import Catchup, DataBatch, Order
 from ._addresses import AddressBook, Directory, with_addresses
 from ._config import Address, parse_host_port
 from ._protocol import Transmit
+from ._streams import StreamFraming, check_payload
 
 OPENER_MAX = 318
 """Largest opening frame of a stream: an address frame with one entry of at
@@ -93,7 +94,7 @@ class TokenRingEndpoint:
         sealer = None
         if group_key is not None:
             sealer = GroupSealer(group_key, counter_start=int(wall * 1e6), rng=rng)
-        self._codec = FrameCodec(
+        codec = FrameCodec(
             group=group,
             limits=limits,
             registry=with_addresses(token_ring_registry()),
@@ -103,6 +104,7 @@ class TokenRingEndpoint:
         members = dict(members or {})
         contacts = dict(contacts or {})
         self._directory = Directory(pid, {**members, **contacts})
+        self._framing = StreamFraming(pid, codec, self._directory)
         if roster is not None and ring.allowed_joiners is None:
             ring = attrs.evolve(ring, allowed_joiners=frozenset(roster))
         hooks: dict[str, Any] = {}
@@ -119,7 +121,6 @@ class TokenRingEndpoint:
                 pid, ring, rng=rng, now=now, members=sorted(set(members) | {pid}), **hooks
             )
         self._own_pending: set[EventId] = set()
-        self._encode_failures = 0
         self._view = -1
         self._view_members: frozenset[ProcessId] = frozenset()
         self._gone: list[ProcessId] = []
@@ -160,28 +161,21 @@ class TokenRingEndpoint:
     # -- inputs -------------------------------------------------------------
 
     def broadcast(self, payload: bytes, now: float) -> EventId:
-        limit = self.limits.max_payload_size
-        if len(payload) > limit:
-            raise LocalProtocolError(
-                f"payload of {len(payload)} bytes exceeds limits.max_payload_size={limit}"
-            )
+        check_payload(self.limits, payload)
         eid = self._process.broadcast(payload, now)
         self._own_pending.add(eid)
         return eid
 
     def receive(self, data: bytes, now: float, *, peer_host: str | None = None) -> bool:
-        frame = self._codec.receive(data, now)  # counts what it refuses
-        if frame is None:
-            return False
-        message = frame.message
-        if type(message) is AddressBook:
-            self._directory.learn(frame.sender, message, lambda: peer_host or "")
-        else:
-            self._process.receive(frame.sender, message, now)
-        return True
+        process = self._process
+
+        def feed(sender: ProcessId, message: object) -> None:
+            process.receive(sender, message, now)  # type: ignore[arg-type]
+
+        return self._framing.receive(data, now, peer_host, feed)
 
     def reject(self, fault: str) -> None:
-        self._codec.rejected[fault] += 1
+        self._framing.codec.rejected[fault] += 1
 
     def handle_timer(self, now: float) -> None:
         self._process.handle_timer(now)
@@ -195,29 +189,7 @@ class TokenRingEndpoint:
         return self._process.get_timer()
 
     def datagrams_to_send(self, now: float) -> list[Transmit]:
-        out: list[Transmit] = []
-        me = self._pid
-        codec = self._codec
-        addresses = self._directory.addresses
-        # Without a sealer a frame does not depend on its receiver: a message
-        # sent to every member is encoded once.
-        shared = codec.sealer is None
-        encoded: dict[int, list[bytes]] = {}
-        for dest, message in self._process.messages_to_send():
-            if dest == me:
-                continue
-            frames = encoded.get(id(message)) if shared else None
-            if frames is None:
-                try:
-                    frames = split_encode(codec, me, message, to=dest)
-                except LocalProtocolError:
-                    self._encode_failures += 1
-                    continue
-                if shared:
-                    encoded[id(message)] = frames
-            address = addresses.get(dest, "")
-            for data in frames:
-                out.append(Transmit(dest, address, data))
+        out = self._framing.frames(self._process.messages_to_send(), _split)
         self._watch_view(out)
         return out
 
@@ -238,28 +210,19 @@ class TokenRingEndpoint:
             self._view, self._view_members = config.view, members
 
     def _book(self, dest: ProcessId) -> list[bytes]:
-        book = self._directory.book_for(dest, self._process.config.members)
-        return self._encode(book, dest)
-
-    def _encode(self, message: AddressBook, dest: ProcessId) -> list[bytes]:
-        try:
-            return self._codec.encode(self._pid, message, to=dest)
-        except LocalProtocolError:
-            self._encode_failures += 1
-            return []
+        return self._framing.encode(
+            self._directory.book_for(dest, self._process.config.members), dest
+        )
 
     def opening(self, dest: ProcessId) -> list[bytes]:
         """First a small address frame with this member's own entry only (at
-        most :data:`OPENER_MAX` bytes, an empty book if that entry cannot be
-        encoded), which ``dest`` accepts within its first-frame limit; then
-        the addresses of the other members."""
+        most :data:`OPENER_MAX` bytes), which ``dest`` accepts within its
+        first-frame limit; then the addresses of the other members."""
         entries = self._directory.book_for(dest, self._process.config.members).entries
-        opener = self._encode(AddressBook(entries=entries[:1]), dest)
-        if not opener:
-            opener = self._codec.encode(self._pid, AddressBook(entries=()), to=dest)
+        opener = self._framing.opener(dest)
         if len(entries) < 2:
             return opener
-        return opener + self._encode(AddressBook(entries=entries[1:]), dest)
+        return opener + self._framing.encode(AddressBook(entries=entries[1:]), dest)
 
     def gone(self) -> list[ProcessId]:
         gone, self._gone = self._gone, []
@@ -279,19 +242,18 @@ class TokenRingEndpoint:
 
     def statistics(self) -> TokenRingEndpointStatistics:
         s = self._process.statistics()
-        rejected = dict(self._codec.rejected)
-        if self._directory.rejected:
-            rejected["bad-address"] = rejected.get("bad-address", 0) + self._directory.rejected
-        for reason, count in self._process.rejected.items():
-            rejected[reason] = rejected.get(reason, 0) + count
         return TokenRingEndpointStatistics(
             process=s,
             broadcasts=s.broadcasts,
             delivered=s.delivered,
-            rejected=rejected,
-            encode_failures=self._encode_failures,
+            rejected=self._framing.rejected(self._process.rejected),
+            encode_failures=self._framing.encode_failures,
             holds_token=self._process.holds_token(),
         )
+
+
+def _split(codec: FrameCodec, me: ProcessId, message: object, dest: ProcessId) -> list[bytes]:
+    return split_encode(codec, me, message, to=dest)
 
 
 def split_encode(
