@@ -18,7 +18,8 @@ def register(sub: Any) -> None:
             "broadcasts.csv, also report the broadcast events no node delivered (holes "
             "count only events delivered somewhere; who stayed in the group is not in the "
             "logs, so these are reported, not judged). Exit status 0 when safety holds, 1 "
-            "when it is violated, 2 when the logs cannot be read: damaged, or data loss "
+            "when it is violated, 2 when there are no logs to check or they cannot be read: "
+            "no such directory, no node's log in it, damaged, or data loss "
             "(a missing segment, or a log that ends before the end its manifest recorded "
             "as durable)."
         ),
@@ -30,9 +31,14 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from epto.log import LogCorruptError, LogGapError, LogTailLostError, check_logs
     from epto.log._summary import verdict_text, write_outputs
 
+    if not Path(args.logdir).is_dir():
+        print(f"epto check: no such directory: {args.logdir}", file=sys.stderr)
+        return 2
     try:
         result, histogram = check_logs(args.logdir)
     except LogGapError as exc:
@@ -41,6 +47,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     except (LogCorruptError, OSError) as exc:
         print(f"epto check: {exc}", file=sys.stderr)
+        return 2
+    if not result["nodes"]:
+        # Nothing to judge is not a verdict: a wrong path must not read "ok".
+        print(
+            f"epto check: no delivery logs in {args.logdir} (one sub-directory per node)",
+            file=sys.stderr,
+        )
         return 2
     if args.out:
         write_outputs(result, args.out, histogram=histogram)

@@ -1,0 +1,7 @@
+"""``python -m epto``: the ``epto`` command (``epto --help``)."""
+
+import sys
+
+from epto.cli import main
+
+sys.exit(main())
