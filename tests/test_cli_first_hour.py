@@ -1,6 +1,7 @@
 """What a newcomer meets first on the command line: ``python -m epto`` runs
-the command, and ``epto check`` on a path without logs says so (exit 2, one
-line) instead of reporting an empty run as "ok"."""
+the command, ``epto check`` on a path without logs says so (exit 2, one
+line) instead of reporting an empty run as "ok", and ``epto node`` refuses
+options that cannot work in one line, not a traceback."""
 
 from __future__ import annotations
 
@@ -35,3 +36,18 @@ def test_check_of_a_directory_without_logs_is_an_error(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "ok" not in done.stdout
     assert "no delivery logs" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_node_options_that_cannot_work_are_refused_in_one_line() -> None:
+    base = ["node", "--id", "1", "--peer", "1=127.0.0.1:1", "--duration", "0.1"]
+    for extra, said in (
+        (["--bind", "nonsense"], "address must be 'host:port', got 'nonsense'"),
+        (["--peer", "2=nonsense"], "address must be 'host:port', got 'nonsense'"),
+        (["--round-interval", "-1"], "round_interval must be a positive finite number"),
+        (["--group-key-file", "/nonexistent/key"], "No such file or directory"),
+    ):
+        done = _epto(*base, *extra)
+        assert done.returncode != 0, extra
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("epto node: "), (extra, done.stderr)
+        assert said in lines[0], (extra, lines)

@@ -191,7 +191,13 @@ def _config(args: argparse.Namespace) -> Any:
     group_key = keys.load_group_key(args.group_key_file) if args.group_key_file else None
     signing_key = keys.load_signing_key(args.signing_key)[0] if args.signing_key else None
     roster = keys.load_roster(args.roster) if args.roster else None
-    return NodeConfig(
+    from epto.endpoint import parse_host_port
+
+    # Every address of a socket transport is host:port: refuse a wrong one
+    # here, in one line, rather than when the node first sends to it.
+    for address in (args.bind, *members.values(), *contacts.values()):
+        parse_host_port(address)
+    config = NodeConfig(
         mode=args.mode,
         tokenring=_ring_config(args, max(2, len(members) + len(contacts))),
         contacts=contacts,
@@ -211,6 +217,8 @@ def _config(args: argparse.Namespace) -> Any:
         seed=args.seed,
         flush_timeout=args.flush_timeout,
     )
+    config.protocol_config()  # the derived EpTO parameters: refuses a bad round interval
+    return config
 
 
 class _Sink:
@@ -257,7 +265,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = _config(args)
         mode = config.resolved_mode()
-    except (epto.ConfigurationError, OSError) as exc:
+    except (epto.LocalProtocolError, OSError) as exc:
         raise SystemExit(f"epto node: {exc}") from None
     if mode == "token-ring" and args.transport != "trio":
         raise SystemExit("epto node: the token ring runs on --transport trio (TCP)")
