@@ -51,3 +51,11 @@ def test_node_options_that_cannot_work_are_refused_in_one_line() -> None:
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("epto node: "), (extra, done.stderr)
         assert said in lines[0], (extra, lines)
+
+
+def test_a_node_that_stops_before_its_expected_deliveries_says_so() -> None:
+    done = _epto(
+        "node", "--id", "1", "--peer", "1=127.0.0.1:0", "--expect", "5", "--duration", "0.3"
+    )
+    assert done.returncode == 4
+    assert "stopped after 0 of the 5 deliveries expected" in done.stderr

@@ -21,7 +21,8 @@ this node's events and ``--roster FILE`` verifies everyone's (the files of
 ``epto keygen``; secret files must be mode 0600, read by ``epto.keys``).
 ``--status FILE`` keeps a JSON status line in FILE (rewritten on change).
 A token-ring member excluded from the view exits with status 3 after printing
-``excluded ID`` on standard error.
+``excluded ID`` on standard error; a node that stops before its ``--expect``
+deliveries exits with status 4 and says how many it had.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ from typing import Any, TextIO
 
 EXIT_EXCLUDED = 3
 """Exit status of a token-ring member excluded from the view."""
+EXIT_SHORT = 4
+"""Exit status of a node that stopped (``--duration``, end of input) before
+the ``--expect`` deliveries it was told to wait for."""
 
 
 def register(sub: Any) -> None:
@@ -101,7 +105,11 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, help="seed of the peer choices")
     p.add_argument("--stdin", action="store_true", help="broadcast each line of stdin")
     p.add_argument("--broadcast", action="append", default=[], metavar="TEXT")
-    p.add_argument("--expect", type=int, help="stop after this many deliveries")
+    p.add_argument(
+        "--expect",
+        type=int,
+        help="stop after this many deliveries (exit status 4 if the node stops before)",
+    )
     p.add_argument("--duration", type=float, help="stop after this many seconds")
     p.add_argument("--output", help="write deliveries to this file (default: stdout)")
     p.add_argument("--flush-timeout", type=float, default=5.0)
@@ -226,6 +234,8 @@ class _Sink:
 
     def __init__(self, args: argparse.Namespace, out: TextIO) -> None:
         self.out = out
+        self.count = 0
+        """Deliveries written."""
         self.log: Any = None
         if args.log_dir:
             from epto.log import DeliveryLogWriter
@@ -233,6 +243,7 @@ class _Sink:
             self.log = DeliveryLogWriter(args.log_dir, args.id)
 
     def write(self, delivery: Any) -> None:
+        self.count += 1
         print(_line(delivery), file=self.out, flush=True)
         if self.log is not None:
             from epto.log import micros
@@ -275,13 +286,21 @@ def run(args: argparse.Namespace) -> int:
         if args.transport == "trio":
             import trio
 
-            return trio.run(_run_trio, args, config, sink)
-        _run_zmq(args, config, sink)
+            status: int = trio.run(_run_trio, args, config, sink)
+        else:
+            _run_zmq(args, config, sink)
+            status = 0
     finally:
         sink.close()
         if out is not sys.stdout:
             out.close()
-    return 0
+    if status == 0 and args.expect is not None and sink.count < args.expect:
+        print(
+            f"epto node: stopped after {sink.count} of the {args.expect} deliveries expected",
+            file=sys.stderr,
+        )
+        return EXIT_SHORT
+    return status
 
 
 async def _run_trio(args: argparse.Namespace, config: Any, sink: _Sink) -> int:
