@@ -24,12 +24,19 @@ class OrderViolation:
     cycle: tuple[EventId, ...]
     witnesses: tuple[ProcessId, ...]
 
-    def describe(self) -> str:
+    def describe(self, limit: int = 6) -> str:
+        """The cycle in words, at most ``limit`` steps of it (a cycle through
+        thousands of events would otherwise be one line of thousands of
+        steps; :attr:`cycle` and :attr:`witnesses` hold all of them)."""
+        n = len(self.cycle)
         steps = []
-        for i, event in enumerate(self.cycle):
-            nxt = self.cycle[(i + 1) % len(self.cycle)]
+        for i, event in enumerate(self.cycle[:limit]):
+            nxt = self.cycle[(i + 1) % n]
             steps.append(f"{event} before {nxt} at process {self.witnesses[i]}")
-        return "; ".join(steps)
+        text = "; ".join(steps)
+        if n > limit:
+            text += f"; ... ({n} events in the cycle)"
+        return text
 
 
 @attrs.frozen(kw_only=True, slots=True)

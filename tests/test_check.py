@@ -87,3 +87,17 @@ def test_validity_counts_only_events_of_staying_sources_at_staying_processes() -
     # Everyone staying delivered everything of staying sources: valid.
     whole = check({0: [a, b], 1: [a, b]}, broadcast={a, b, c}, staying=[0, 1])
     assert whole.valid and whole.validity_violations == () and whole.total_undelivered == 0
+
+
+def test_a_long_cycle_is_described_in_a_bounded_line() -> None:
+    from epto.check import OrderViolation
+
+    n = 5000
+    cycle = tuple((i, 0) for i in range(n))
+    violation = OrderViolation(cycle=cycle, witnesses=tuple(range(n)))
+    text = violation.describe()
+    assert len(text) < 400 and f"({n} events in the cycle)" in text
+    short = OrderViolation(cycle=((1, 0), (2, 0)), witnesses=(7, 8))
+    assert (
+        short.describe() == "(1, 0) before (2, 0) at process 7; (2, 0) before (1, 0) at process 8"
+    )
