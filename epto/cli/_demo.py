@@ -80,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     deadline = started + args.timeout
     procs: dict[int, subprocess.Popen[str]] = {}
+    handed_over: dict[int, float] = {}
+    """Wall time at which each node was handed its events to broadcast."""
     try:
         for i in ids:
             cmd = [
@@ -109,6 +111,10 @@ def run(args: argparse.Namespace) -> int:
         for i, proc in procs.items():
             stdin: IO[str] | None = proc.stdin
             assert stdin is not None
+            # The node broadcasts each line as it reads it: the time the lines
+            # are handed over is each event's broadcast time (within the
+            # node's reading delay), for the delay figures of the analysis.
+            handed_over[i] = time.time()
             for k in range(args.events):
                 stdin.write(f"node {i} event {k}\n")
             stdin.close()
@@ -125,12 +131,19 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.monotonic() - started
 
     from epto.check import check
-    from epto.log import check_logs, write_broadcasts
+    from epto.log import check_logs, micros, write_broadcasts
     from epto.log._summary import verdict_text
 
     # Node i's k-th broadcast is event (i, k): the manifest lets the checkers
-    # catch anything delivered that nobody broadcast.
-    write_broadcasts(logs, ((i, k, None) for i in ids for k in range(args.events)))
+    # catch anything delivered that nobody broadcast, and gives the delays.
+    write_broadcasts(
+        logs,
+        (
+            (i, k, micros(handed_over[i]) if i in handed_over else None)
+            for i in ids
+            for k in range(args.events)
+        ),
+    )
     sequences = {}
     for i in ids:
         with open(out / f"node-{i}.jsonl") as f:
