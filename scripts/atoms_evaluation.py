@@ -46,7 +46,7 @@ import itertools
 import matplotlib.pyplot as plt
 from epto.transports.simulation import PlanetLabLatency
 
-from epto.atoms import SequencingGraph
+from epto.atoms import SequencingGraph, zipf_memberships
 
 NODES = 128
 PLANETLAB_NODES = 226
@@ -66,14 +66,6 @@ def planetlab() -> np.ndarray:
     full = np.array([[model.sample(i, j, rng) for j in range(n)] for i in range(n)])
     np.fill_diagonal(full, 0.0)
     return full
-
-
-def zipf_groups(count: int, rng: random.Random) -> dict[int, frozenset[int]]:
-    sizes = range(2, NODES + 1)
-    weights = [1.0 / s for s in sizes]
-    return {
-        g: frozenset(rng.sample(range(NODES), rng.choices(sizes, weights)[0])) for g in range(count)
-    }
 
 
 def bernoulli_groups(count: int, p: float, rng: random.Random) -> dict[int, frozenset[int]]:
@@ -130,7 +122,7 @@ def stretch(graph: SequencingGraph, latency: np.ndarray) -> np.ndarray:
 def zipf_run(task: tuple[int, int, int]) -> Result:
     seed, count, run = task
     rng = random.Random(f"atoms-zipf:{seed}:{count}:{run}")
-    groups = zipf_groups(count, rng)
+    groups = zipf_memberships(NODES, count, rng)
     started = time.perf_counter()
     graph = SequencingGraph()
     rebuilds = sum(graph.add_group(g, groups[g]).rebuilt for g in sorted(groups))

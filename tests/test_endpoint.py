@@ -40,7 +40,7 @@ def _ring(pid: int, members: dict[int, str], **fields: object) -> TokenRingEndpo
         wall=1.0,
         members=members,
         limits=epto.Limits.for_frame_size(1 << 20, max_events_per_ball=4096),
-        seed=pid,
+        rng=random.Random(pid),
         **fields,  # type: ignore[arg-type]
     )
 
@@ -56,7 +56,7 @@ def _atoms(pid: int, members: dict[int, str], **fields: object) -> AtomsEndpoint
         now=0.0,
         wall=1.0,
         limits=epto.Limits.for_frame_size(1 << 16),
-        seed=pid,
+        rng=random.Random(pid),
         **fields,  # type: ignore[arg-type]
     )
 

@@ -20,10 +20,18 @@ ZeroMQ node's poller thread.
 
 from __future__ import annotations
 
+import random
 from collections import deque
 
 from epto import Delivery, EventId, LocalProtocolError
 from epto.endpoint import Endpoint, OverflowPolicy, Transmit
+
+
+def fresh_rng() -> random.Random:
+    """A generator seeded from the operating system, for what a node's
+    configuration leaves unseeded: drivers own the entropy, as they own the
+    clock; the endpoints only take it in."""
+    return random.Random(random.SystemRandom().getrandbits(64))
 
 
 class DeliveryOverflowError(LocalProtocolError):

@@ -18,6 +18,7 @@ fixed for the life of the nodes (docs/atoms.md).
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Mapping
 
@@ -68,7 +69,7 @@ class AtomsNode(TcpNode[AtomsEndpoint]):
                 limits=config.limits,
                 frame_group=frame_group,
                 group_key=group_key,
-                seed=seed,
+                rng=random.Random(seed),
             )
 
         super().__init__(config, make_endpoint)

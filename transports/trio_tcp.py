@@ -44,6 +44,7 @@ incoming streams in :mod:`._trio.tcp_inbound`, the outgoing ones in
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Generic, TypeVar
@@ -255,7 +256,7 @@ class TokenRingNode(TcpNode[TokenRingEndpoint]):
             limits=cfg.limits,
             signing_key=cfg.signing_key,
             roster=cfg.roster,
-            seed=cfg.seed,
+            rng=random.Random(cfg.seed),
         )
 
     def _stopped_error(self, reason: str) -> Exception:

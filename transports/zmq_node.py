@@ -38,7 +38,7 @@ import zmq
 from epto import Delivery, EventId, LocalProtocolError, ProcessId
 from epto.endpoint import Address, EptoEndpoint, NodeConfig, Transmit, parse_host_port
 
-from ._loop import DeliveryBuffer, DeliveryOverflowError, DriverLoop
+from ._loop import DeliveryBuffer, DeliveryOverflowError, DriverLoop, fresh_rng
 from ._statistics import TransportStatistics, epto_statistics, require_epto
 
 __all__ = ["ZmqNode"]
@@ -71,7 +71,7 @@ class ZmqNode:
         self._context = context or zmq.Context.instance()
         self._offset = time.time() - time.monotonic()
         self._cond = threading.Condition()
-        self._endpoint = EptoEndpoint(config, self._now())
+        self._endpoint = EptoEndpoint(config, self._now(), rng=fresh_rng())
         self._loop = DriverLoop(
             self._endpoint, DeliveryBuffer(config.delivery_buffer, config.overflow)
         )

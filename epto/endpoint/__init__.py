@@ -7,7 +7,9 @@ accounting, flushing, address frames). A driver feeds it bytes and ``now``,
 sends the frames it hands out, and moves its deliveries to the application;
 it runs one loop, written once (``epto.transports``), for every engine::
 
-    endpoint = EptoEndpoint(NodeConfig(pid=1, members=members), now=time.time())
+    endpoint = EptoEndpoint(
+        NodeConfig(pid=1, members=members), now=time.time(), rng=random.Random(seed)
+    )
     endpoint.broadcast(b"hello", now)
     endpoint.receive(datagram, now)
     for transmit in endpoint.datagrams_to_send(now):

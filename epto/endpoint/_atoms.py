@@ -71,7 +71,7 @@ class AtomsEndpoint:
         frame_group: int = 0,
         group_key: GroupKey | None = None,
         default_group: int | None = None,
-        seed: int | None = None,
+        rng: random.Random,
         max_pending: int = 100_000,
     ) -> None:
         self._pid = pid
@@ -85,7 +85,7 @@ class AtomsEndpoint:
         self.default_group = default_group
         sealer = None
         if group_key is not None:
-            sealer = GroupSealer(group_key, counter_start=int(wall * 1e6), rng=random.Random(seed))
+            sealer = GroupSealer(group_key, counter_start=int(wall * 1e6), rng=rng)
         codec = FrameCodec(
             group=frame_group,
             limits=limits,

@@ -66,23 +66,24 @@ class EptoEndpoint:
     """EpTO behind the endpoint protocol (:class:`epto.endpoint.Endpoint`).
 
     ``rng`` seeds what the configuration leaves unseeded (the process's
-    peer choices when ``config.seed`` is None, the sealer's nonce prefix);
+    peer choices when ``config.seed`` is None, the sealer's nonce prefix):
+    the caller injects it, so a driver that wants fresh runs passes one
+    seeded from the operating system and a test passes a seeded one;
     ``now`` is in seconds of the wall clock, which starts the sealer's nonce
     counter above anything an earlier run of this process used.
     """
 
-    def __init__(self, config: NodeConfig, now: float, rng: random.Random | None = None) -> None:
+    def __init__(self, config: NodeConfig, now: float, *, rng: random.Random) -> None:
         self.config = config
         self.protocol = config.protocol_config()
-        system = rng if rng is not None else random.Random(random.SystemRandom().getrandbits(64))
-        seed = config.seed if config.seed is not None else system.getrandbits(64)
+        seed = config.seed if config.seed is not None else rng.getrandbits(64)
         signer = (
             EventSigner(config.pid, config.signing_key).signature
             if config.signing_key is not None
             else None
         )
         self._verifier = SignatureVerifier(config.roster) if config.roster is not None else None
-        self._codec = config.codec(now, system, ball_filter=self._verifier)
+        self._codec = config.codec(now, rng, ball_filter=self._verifier)
         self._shared_frames = self._codec.sealer is None
         self._addresses: dict[ProcessId, Address] = dict(config.members)
         self._addresses.pop(config.pid, None)

@@ -86,11 +86,10 @@ class TokenRingEndpoint:
         limits: Limits,
         signing_key: bytes | None = None,
         roster: Mapping[ProcessId, bytes] | None = None,
-        seed: int | None = None,
+        rng: random.Random,
     ) -> None:
         self._pid = pid
         self.limits = limits
-        rng = random.Random(seed)
         sealer = None
         if group_key is not None:
             sealer = GroupSealer(group_key, counter_start=int(wall * 1e6), rng=rng)

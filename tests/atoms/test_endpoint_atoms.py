@@ -28,7 +28,14 @@ def _endpoints(
     addresses = {p: f"10.1.0.{p}:7000" for p in nodes}
     endpoints = {
         p: AtomsEndpoint(
-            p, graph, addresses=addresses, now=0.0, wall=1.0, limits=LIMITS, seed=p, **fields
+            p,
+            graph,
+            addresses=addresses,
+            now=0.0,
+            wall=1.0,
+            limits=LIMITS,
+            rng=random.Random(p),
+            **fields,
         )  # type: ignore[arg-type]
         for p in nodes
     }

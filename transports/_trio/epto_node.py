@@ -18,6 +18,7 @@ import trio
 from epto import ProcessId
 from epto.endpoint import Address, EptoEndpoint, NodeConfig
 
+from .._loop import fresh_rng
 from .._statistics import TransportStatistics, epto_statistics, require_epto
 from .loop import TrioDriver
 
@@ -45,7 +46,7 @@ class TrioEptoNode(TrioDriver):
         return time.time() - trio.current_time()
 
     def _open_endpoint(self, now: float) -> EptoEndpoint:
-        self._epto = EptoEndpoint(self.config, now)
+        self._epto = EptoEndpoint(self.config, now, rng=fresh_rng())
         return self._epto
 
     def _require_epto(self) -> EptoEndpoint:
