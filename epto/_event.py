@@ -63,6 +63,13 @@ class DeliveryTag(enum.Enum):
     OUT_OF_ORDER = "out-of-order"
     """Arrived after later events had been delivered; delivered on request,
     at most once, outside the total order (EpTO paper section 8.2)."""
+    OPTIMISTIC = "optimistic"
+    """Delivered before its position is known, in the order the delays of
+    optimistic delivery predict (docs/optimistic.md); its ``FINAL`` delivery
+    follows."""
+    FINAL = "final"
+    """Delivered in the total order, in a group that delivers optimistically:
+    ``Delivery.reordered`` says whether the optimistic delivery predicted it."""
 
 
 @attrs.frozen(kw_only=True, slots=True)
@@ -71,3 +78,14 @@ class Delivery:
 
     event: Event
     tag: DeliveryTag = DeliveryTag.IN_ORDER
+    reordered: bool = False
+    """On a ``FINAL`` delivery: True unless this event was the oldest optimistic
+    delivery not yet final here. True means the application's tentative state
+    is wrong from here on (the event was delivered optimistically elsewhere in
+    the order, or not at all yet): rebuild it from the final state plus the
+    optimistic deliveries still pending. False on every other tag."""
+
+    @property
+    def in_total_order(self) -> bool:
+        """Whether this delivery is a step of the total order (``IN_ORDER`` or ``FINAL``)."""
+        return self.tag is DeliveryTag.IN_ORDER or self.tag is DeliveryTag.FINAL

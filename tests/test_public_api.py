@@ -85,6 +85,7 @@ EXPORTS: dict[str, frozenset[str]] = {
     "epto.tokenring": frozenset(
         {
             "AUTO_TOKEN_RING_MAX_GROUP",
+            "OptimisticStatistics",
             "RingConfig",
             "Role",
             "TOKEN_RING_KINDS",
@@ -185,7 +186,7 @@ EXPORTS: dict[str, frozenset[str]] = {
         }
     ),
     "epto.optimistic": frozenset(
-        {"Plan", "SetoDelays", "fast_seto", "optimal", "seto_steady_state"}
+        {"OptimisticConfig", "Plan", "SetoDelays", "fast_seto", "optimal", "seto_steady_state"}
     ),
     "epto.transports": frozenset(
         {"DeliveryOverflowError", "Mode", "NodeConfig", "OverflowPolicy", "TransportStatistics"}
@@ -196,6 +197,7 @@ EXPORTS: dict[str, frozenset[str]] = {
             "ConstantLatency",
             "DeliveryRecorder",
             "LatencyModel",
+            "LinkLatency",
             "NetworkStatistics",
             "PlanetLabLatency",
             "Simulation",

@@ -15,10 +15,12 @@ from ._messages import RingConfig as RingConfig
 from ._messages import TokenState as TokenState
 from ._process import TokenRingProcess as TokenRingProcess
 from ._process import TokenRingStatistics as TokenRingStatistics
+from ._stats import OptimisticStatistics as OptimisticStatistics
 
 __all__ = [
     "AUTO_TOKEN_RING_MAX_GROUP",
     "TOKEN_RING_KINDS",
+    "OptimisticStatistics",
     "RingConfig",
     "Role",
     "TokenRingConfig",

@@ -45,9 +45,11 @@ from ._messages import (
     Data,
     DataBatch,
     Decided,
+    Delays,
     Fetch,
     Heartbeat,
     Join,
+    Latencies,
     Message,
     Nack,
     Order,
@@ -124,6 +126,18 @@ def refusal(
         return None
     if isinstance(message, Fetch):
         return "out-of-range" if max(message.start, message.end) > MAX_CLAIM else None
+    if isinstance(message, Latencies | Delays):
+        # Rows of optimistic delivery: one entry per member at most, values
+        # already bounded by the decoder (finite, in [0, 1e9]).
+        if message.instance > MAX_CLAIM:
+            return "out-of-range"
+        if isinstance(message, Delays) and message.epoch > MAX_CLAIM:
+            return "out-of-range"
+        if isinstance(message, Latencies) and max(message.plan) > MAX_CLAIM:
+            return "out-of-range"
+        if len(message.row) > len(config.members):
+            return "bad-row"
+        return None
     if isinstance(message, Catchup):
         if max(message.stable, message.oldest) > MAX_CLAIM:
             return "out-of-range"

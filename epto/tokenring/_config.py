@@ -14,6 +14,7 @@ import attrs
 from .._errors import ConfigurationError
 from .._event import ProcessId
 from .._limits import HEADER_SIZE, SEAL_OVERHEAD, SIGNATURE_SIZE, Limits
+from ..optimistic._config import OptimisticConfig
 
 AUTO_TOKEN_RING_MAX_GROUP = 30
 """Largest group for which ``mode="auto"`` picks the token ring over EpTO."""
@@ -111,7 +112,17 @@ class TokenRingConfig:
     a consensus message lists them in one list of at most
     ``Limits.max_events_per_ball``)."""
 
+    optimistic: OptimisticConfig | None = attrs.field(default=None)
+    """Deliver optimistically too (docs/optimistic.md): every message is
+    delivered first with the tag ``OPTIMISTIC``, at its arrival plus a planned
+    delay, then with the tag ``FINAL`` in the total order. None (the default):
+    only the total order, tagged ``IN_ORDER``."""
+
     def __attrs_post_init__(self) -> None:
+        if self.optimistic is not None and not isinstance(self.optimistic, OptimisticConfig):
+            raise ConfigurationError(
+                "TokenRingConfig.optimistic must be an epto.optimistic.OptimisticConfig or None"
+            )
         if self.k is not None and (not isinstance(self.k, int) or self.k < 1):
             raise ConfigurationError(f"TokenRingConfig.k must be None or >= 1, got {self.k!r}")
         if self.log_retention < 1:
@@ -188,7 +199,9 @@ class TokenRingConfig:
             "change_timeout",
             "fetch_timeout",
         )
-        return attrs.evolve(self, **{name: getattr(self, name) * factor for name in times})
+        scaled = {name: getattr(self, name) * factor for name in times}
+        optimistic = None if self.optimistic is None else self.optimistic.scaled(factor)
+        return attrs.evolve(self, optimistic=optimistic, **scaled)
 
     def effective_k(self, members: int, core: int) -> int:
         """The resiliency level used in a view of ``members`` with ``core`` core members."""

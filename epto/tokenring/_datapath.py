@@ -28,10 +28,11 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import attrs
 
-from .._event import Delivery, Event, EventId, ProcessId
+from .._event import Delivery, DeliveryTag, Event, EventId, ProcessId
 from . import _sequencer as seqr
 from ._fetch import Fetcher
 from ._membership import Input, Role
@@ -39,6 +40,9 @@ from ._messages import Catchup, Data, DataBatch
 from ._outbox import Outbox
 from ._shared import Shared
 from ._tokenpath import TokenPath
+
+if TYPE_CHECKING:
+    from ._optimistic import OptimisticPath
 
 DELIVER_CHUNK = 256
 """Most messages one input (receive or handle_timer) delivers; more wait for
@@ -53,6 +57,7 @@ class DataPath:
         "_fetch",
         "_leave",
         "_next_seq",
+        "_optimistic",
         "_out",
         "_own",
         "_own_progress",
@@ -73,8 +78,10 @@ class DataPath:
         deliveries: deque[Delivery],
         signer: Callable[[Event], bytes] | None,
         now: float,
+        optimistic: OptimisticPath | None = None,
     ) -> None:
         self._s = shared
+        self._optimistic = optimistic
         self._out = out
         self._fetch = fetch
         self._tokens = tokens
@@ -104,6 +111,8 @@ class DataPath:
             event = attrs.evolve(event, signature=self._signer(event))
         self._own[seq] = (event, now)
         s.book.add_event(event)
+        if self._optimistic is not None:
+            self._optimistic.arrived(event, now)
         self._out.queue_own(event)
         s.counts.broadcasts += 1
         self._tokens.hurry_token(now)
@@ -147,7 +156,8 @@ class DataPath:
         s = self._s
         if not s.authentic(msg.event):
             return
-        s.book.add_event(msg.event)
+        if s.book.add_event(msg.event) and self._optimistic is not None:
+            self._optimistic.arrived(msg.event, now)
         tokens = self._tokens
         if tokens.pending is not None:
             tokens.try_accept(now)
@@ -157,9 +167,10 @@ class DataPath:
         s = self._s
         add = s.book.add_event
         authentic = s.authentic
+        optimistic = self._optimistic
         for event in msg.events:
-            if authentic(event):
-                add(event)
+            if authentic(event) and add(event) and optimistic is not None:
+                optimistic.arrived(event, now)
         tokens = self._tokens
         if tokens.pending is not None:
             tokens.try_accept(now)
@@ -172,6 +183,8 @@ class DataPath:
         if s.role not in (Role.CORE, Role.EXTERNAL):
             return
         self.deliver_at = math.inf
+        if self._optimistic is not None:
+            self._optimistic.deliver_due(now)
         events: list[Event] = []
         book = s.book
         try:
@@ -196,7 +209,14 @@ class DataPath:
     def _hand_out(self, events: list[Event]) -> None:
         me = self._s.pid
         own = self._own
-        self._deliveries.extend(Delivery(event=e) for e in events)
+        optimistic = self._optimistic
+        if optimistic is None:
+            self._deliveries.extend(Delivery(event=e) for e in events)
+        else:
+            final = DeliveryTag.FINAL
+            self._deliveries.extend(
+                Delivery(event=e, tag=final, reordered=optimistic.finalize(e.id)) for e in events
+            )
         for e in events:
             if e.source == me:
                 own.pop(e.seq, None)
@@ -217,9 +237,10 @@ class DataPath:
         ):
             self._leave(Input.TOO_FAR_BEHIND)
             return
+        optimistic = self._optimistic
         for event in msg.events:
-            if s.authentic(event):
-                book.add_event(event)
+            if s.authentic(event) and book.add_event(event) and optimistic is not None:
+                optimistic.arrived(event, now)
         try:
             for seq, event in msg.entries:
                 if not s.authentic(attrs.evolve(event, ts=0)):

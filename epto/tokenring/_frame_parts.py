@@ -29,6 +29,10 @@ _STATE = struct.Struct(">QQQQQQ")
 _RUN = struct.Struct(">QQI")
 _SEQ_RUN = struct.Struct(">QQQI")
 _U64_MAX = (1 << 64) - 1
+_F64 = struct.Struct(">d")
+_PID_SECONDS = struct.Struct(">Qd")
+MAX_SECONDS = 1e9
+"""Largest time, latency or rate a frame may carry (and never NaN or < 0)."""
 MAX_MEMBERS = 0xFFFF
 """Most members or core members one configuration may list."""
 
@@ -257,6 +261,45 @@ def put_ring(out: Out, c: RingConfig, limits: Limits) -> None:
         out.u64(member)
         out.u64(seq)
         out.u64(digest)
+
+
+def _seconds(value: float) -> float:
+    if not 0.0 <= value <= MAX_SECONDS:  # False for NaN
+        raise LocalProtocolError(f"{value!r} is not in [0, {MAX_SECONDS:g}]")
+    return value
+
+
+def _checked_seconds(value: float) -> float:
+    if not 0.0 <= value <= MAX_SECONDS:
+        raise RemoteProtocolError(f"{value!r} is not in [0, {MAX_SECONDS:g}]", fault="bad-value")
+    return value
+
+
+def put_seconds(out: Out, value: float) -> None:
+    """A non-negative float (a time, a latency, a rate) as an IEEE 754 double."""
+    out.parts.append(_F64.pack(_seconds(float(value))))
+
+
+def get_seconds(r: Reader) -> float:
+    (value,) = r.unpack(_F64)
+    return _checked_seconds(value)
+
+
+def put_pid_seconds(out: Out, row: tuple[tuple[int, float], ...]) -> None:
+    """``(process id, seconds)`` pairs: a latency or delay row."""
+    out.count(len(row), MAX_MEMBERS, "row entries")
+    for pid, value in row:
+        out.pack(_U64, pid)
+        out.parts.append(_F64.pack(_seconds(float(value))))
+
+
+def get_pid_seconds(r: Reader) -> tuple[tuple[int, float], ...]:
+    n = r.count(4, MAX_MEMBERS, _PID_SECONDS.size, "row entries")
+    row = []
+    for _ in range(n):
+        pid, value = r.unpack(_PID_SECONDS)
+        row.append((pid, _checked_seconds(value)))
+    return tuple(row)
 
 
 def get_flag(r: Reader) -> bool:

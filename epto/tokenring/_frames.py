@@ -23,12 +23,15 @@ from ._messages import (
     Data,
     DataBatch,
     Decided,
+    Delays,
     Fetch,
     Heartbeat,
     Join,
+    Latencies,
     Nack,
     Order,
     Prepare,
+    Probe,
     Promise,
     Report,
     Token,
@@ -220,6 +223,47 @@ _KINDS: tuple[tuple[int, str, type[Any], Put, Get], ...] = (
 )
 
 
+def _probe(out: fp.Out, m: Probe, _lim: Limits) -> None:
+    fp.put_seconds(out, m.stamp)
+    out.u8(1 if m.echo else 0)
+
+
+def _latencies(out: fp.Out, m: Latencies, _lim: Limits) -> None:
+    out.pack(fp.EID, m.instance, m.plan[0])
+    out.u64(m.plan[1])
+    fp.put_seconds(out, m.rate)
+    fp.put_pid_seconds(out, m.row)
+
+
+def _get_latencies(r: Reader, _lim: Limits) -> Latencies:
+    instance, plan = r.u64(), (r.u64(), r.u64())
+    rate = fp.get_seconds(r)
+    return Latencies(instance=instance, plan=plan, rate=rate, row=fp.get_pid_seconds(r))
+
+
+def _delays(out: fp.Out, m: Delays, _lim: Limits) -> None:
+    out.pack(fp.EID, m.instance, m.epoch)
+    fp.put_pid_seconds(out, m.row)
+
+
+def _get_delays(r: Reader, _lim: Limits) -> Delays:
+    instance, epoch = r.u64(), r.u64()
+    return Delays(instance=instance, epoch=epoch, row=fp.get_pid_seconds(r))
+
+
+_OPTIMISTIC_KINDS: tuple[tuple[int, str, type[Any], Put, Get], ...] = (
+    (
+        44,
+        "tr-probe",
+        Probe,
+        _probe,
+        lambda r, lim: Probe(stamp=fp.get_seconds(r), echo=fp.get_flag(r)),
+    ),
+    (45, "tr-latencies", Latencies, _latencies, _get_latencies),
+    (46, "tr-delays", Delays, _delays, _get_delays),
+)
+
+
 def _encoder(put: Put) -> Callable[[Any, Limits], bytes]:
     def encode(message: Any, limits: Limits) -> bytes:
         out = fp.Out()
@@ -231,9 +275,10 @@ def _encoder(put: Put) -> Callable[[Any, Limits], bytes]:
 
 TOKEN_RING_KINDS: tuple[FrameKind, ...] = tuple(
     FrameKind(code=code, name=name, type=cls, encode=_encoder(put), decode=get)
-    for code, name, cls, put, get in _KINDS
+    for code, name, cls, put, get in _KINDS + _OPTIMISTIC_KINDS
 )
-"""One frame kind per token-ring message type, codes 16..31."""
+"""One frame kind per token-ring message type: codes 16..31, and 44..46 for
+optimistic delivery (sent only by groups that deliver optimistically)."""
 
 
 def token_ring_registry() -> FrameRegistry:

@@ -240,6 +240,38 @@ class Decided:
     config: RingConfig
 
 
+@attrs.frozen(kw_only=True, slots=True)
+class Probe:
+    """A round-trip probe of optimistic delivery: ``stamp`` is the sender's
+    clock; a probe with ``echo`` is the answer, carrying the stamp back."""
+
+    stamp: float
+    echo: bool = False
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class Latencies:
+    """A member's measured one-way latencies ``(peer, seconds)`` and its send
+    rate (messages per second), for the coordinator's plan."""
+
+    instance: int
+    plan: tuple[int, int]
+    """``(instance, epoch)`` of the plan the member holds (``(0, 0)``: none)."""
+    rate: float
+    row: tuple[tuple[ProcessId, float], ...]
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class Delays:
+    """The coordinator's plan for one receiver: the delay ``(sender, seconds)``
+    it adds to each sender's messages. ``epoch`` orders the coordinator's
+    plans within configuration ``instance``."""
+
+    instance: int
+    epoch: int
+    row: tuple[tuple[ProcessId, float], ...]
+
+
 Message: TypeAlias = (
     Data
     | DataBatch
@@ -257,4 +289,7 @@ Message: TypeAlias = (
     | Accept
     | Accepted
     | Decided
+    | Probe
+    | Latencies
+    | Delays
 )

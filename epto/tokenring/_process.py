@@ -18,7 +18,10 @@ outputs from them. The parts, each with its rules at the top of its module:
 * :class:`._tokenpath.TokenPath`: the token and its order notices;
 * :class:`._datapath.DataPath`: own broadcasts, payloads, delivery, catch-ups;
 * :class:`._joins.Joins`: joining, and telling others the view;
-* :class:`._change.ViewChange`: consensus on view changes, installing them.
+* :class:`._change.ViewChange`: consensus on view changes, installing them;
+* :class:`._optimistic.OptimisticPath` and :class:`._delayplans.DelayPlans`
+  (with ``TokenRingConfig.optimistic``): optimistic deliveries; latency
+  probes and delay plans.
 
 Leaving the view for good (:meth:`TokenRingProcess._leave`) is the one
 action that spans every part; they call it through the callback they are
@@ -43,6 +46,7 @@ from ._change import ViewChange
 from ._config import TokenRingConfig
 from ._datapath import DELIVER_CHUNK as DELIVER_CHUNK
 from ._datapath import DataPath
+from ._delayplans import DelayPlans
 from ._fetch import Fetcher
 from ._joins import Joins
 from ._membership import Input, Role, transition
@@ -54,18 +58,22 @@ from ._messages import (
     Data,
     DataBatch,
     Decided,
+    Delays,
     Fetch,
     Heartbeat,
     Join,
+    Latencies,
     Message,
     Nack,
     Order,
     Prepare,
+    Probe,
     Promise,
     RingConfig,
     Token,
     TokenAck,
 )
+from ._optimistic import OptimisticPath
 from ._outbox import Outbox
 from ._shared import Shared
 from ._stats import TokenRingStatistics as TokenRingStatistics
@@ -122,9 +130,22 @@ class TokenRingProcess:
         self._deliveries: deque[Delivery] = deque()
         self._out = out = Outbox(s, now)
         self._fetch = fetch = Fetcher(s, out, rng)
-        self._tokens = tokens = TokenPath(s, out, fetch, self._leave, now)
+        optimistic = None
+        if config.optimistic is not None:
+            plans = DelayPlans(s, out, config.optimistic, now)
+            optimistic = OptimisticPath(s, plans, self._deliveries)
+        self._optimistic = optimistic
+        self._tokens = tokens = TokenPath(s, out, fetch, self._leave, now, optimistic)
         self._data = data = DataPath(
-            s, out, fetch, tokens, self._leave, deliveries=self._deliveries, signer=signer, now=now
+            s,
+            out,
+            fetch,
+            tokens,
+            self._leave,
+            deliveries=self._deliveries,
+            signer=signer,
+            now=now,
+            optimistic=optimistic,
         )
         self._joins = joins = Joins(s, out, contacts, now)
         self._change = change = ViewChange(s, out, tokens, data, joins, self._leave)
@@ -146,6 +167,12 @@ class TokenRingProcess:
             Accepted: change.on_accepted,
             Nack: change.on_nack,
         }
+        if optimistic is not None:
+            self._handlers |= {
+                Probe: optimistic.plans.on_probe,
+                Latencies: optimistic.plans.on_latencies,
+                Delays: optimistic.plans.on_delays,
+            }
         if members is not None:
             out.track(view.members)
             s.fd.grace(members, now)
@@ -236,6 +263,8 @@ class TokenRingProcess:
         self._tokens.tick(now)
         self._fetch.check(now, self._tokens.pending)
         self._change.drive(now)
+        if self._optimistic is not None:
+            self._optimistic.plans.tick(now)
         self._data.deliver(now)
 
     def _diverged(self) -> None:
@@ -265,6 +294,8 @@ class TokenRingProcess:
         if role is Role.JOINING:
             return self._joins.timer()
         t = min(self._out.hb_at, self._data.deliver_at, self._tokens.timer())
+        if self._optimistic is not None:
+            t = min(t, self._optimistic.timer())
         if self._fetch.since is not None:
             t = min(t, self._fetch.timer())
         return min(t, self._change.timer())
@@ -308,6 +339,7 @@ class TokenRingProcess:
             link_gaps=links.gaps,
             messages_let_go=links.let_go,
             exclusion=s.exclusion,
+            optimistic=None if self._optimistic is None else self._optimistic.statistics(),
         )
 
     def memory_sizes(self) -> dict[str, int]:
@@ -315,4 +347,6 @@ class TokenRingProcess:
         sizes["own_unsequenced"] = self._data.own_count()
         sizes["outbox"] = self._out.waiting()
         sizes["kept_for_links"] = self._out.kept_for_links()
+        if self._optimistic is not None:
+            sizes |= self._optimistic.sizes()
         return sizes

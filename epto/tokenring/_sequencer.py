@@ -87,8 +87,11 @@ def pick(
     room: int | None = None,
     cost: Callable[[EventId], int] | None = None,
     first_free: bool = True,
+    grouped: bool = True,
 ) -> list[EventId]:
-    """The ids of ``pool`` to sequence next, grouped by source.
+    """The ids of ``pool`` to sequence next, grouped by source (or, without
+    ``grouped``, in the order of ``pool``: optimistic delivery sequences in
+    the holder's optimistic order).
 
     Every source's messages are sequenced in the order of their ``seq``, with
     no gap: the token's per-source counters make a message that was sequenced
@@ -117,7 +120,8 @@ def pick(
             expected[source] = seq + 1
             if len(out) >= limit:
                 break
-    out.sort()
+    if grouped:
+        out.sort()
     return out
 
 
@@ -220,6 +224,9 @@ class OrderBook:
         else:
             self.pool[eid] = event
         return True
+
+    def was_delivered(self, eid: EventId) -> bool:
+        return eid in self._delivered_ids
 
     def payload(self, eid: EventId) -> Event | None:
         return self._held.get(eid) or self.pool.get(eid)

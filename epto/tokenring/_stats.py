@@ -44,6 +44,28 @@ class Counters:
 
 
 @attrs.frozen(kw_only=True, slots=True)
+class OptimisticStatistics:
+    """What optimistic delivery did at one member (counted since it started)."""
+
+    optimistic: int
+    """Optimistic deliveries."""
+    confirmed: int
+    """Final deliveries that confirmed the oldest optimistic one (``reordered=False``)."""
+    reordered: int
+    """Final deliveries with ``reordered=True`` (``unannounced`` included)."""
+    unannounced: int
+    """Final deliveries of messages not delivered optimistically before."""
+    plans: int
+    """Plans (delay rows) taken from the coordinator."""
+    plans_made: int
+    """Plans this member computed as the coordinator."""
+    delays: tuple[tuple[ProcessId, float], ...]
+    """The delay this member adds to each sender's messages now."""
+    latencies: tuple[tuple[ProcessId, float], ...]
+    """This member's one-way latency estimate to each peer."""
+
+
+@attrs.frozen(kw_only=True, slots=True)
 class TokenRingStatistics:
     role: str
     instance: int
@@ -70,3 +92,5 @@ class TokenRingStatistics:
     protocol's own repairs cover them)."""
     exclusion: str | None = None
     """Why the process left the view for good (see ``TokenRingProcess.exclusion``)."""
+    optimistic: OptimisticStatistics | None = None
+    """With optimistic delivery: what it did (docs/optimistic.md)."""

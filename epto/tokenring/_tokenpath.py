@@ -32,7 +32,8 @@ Rules:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from .._event import EventId, ProcessId
 from . import _sequencer as seqr
@@ -41,6 +42,9 @@ from ._membership import Input, Role
 from ._messages import ConfigRequest, Order, Token, TokenAck, TokenState
 from ._outbox import Outbox
 from ._shared import Shared
+
+if TYPE_CHECKING:
+    from ._optimistic import OptimisticPath
 
 
 def batch_bytes(members: int) -> int:
@@ -59,6 +63,7 @@ class TokenPath:
         "_accepted_hop",
         "_fetch",
         "_leave",
+        "_optimistic",
         "_out",
         "_passed",
         "_s",
@@ -78,8 +83,11 @@ class TokenPath:
         fetch: Fetcher,
         leave: Callable[[Input], None],
         now: float,
+        optimistic: OptimisticPath | None = None,
     ) -> None:
         self._s = shared
+        self._optimistic = optimistic
+        """With optimistic delivery, the holder sequences in its optimistic order."""
         self._out = out
         self._fetch = fetch
         self._leave = leave
@@ -244,20 +252,26 @@ class TokenPath:
         self._take(accepted, state.stable)
         self.token = accepted
         # With a full batch waiting, pass at once (see hurry_token).
-        self.pass_at = now if self.hurry(accepted) else now + s.cfg.token_hold
+        self.pass_at = now if self.hurry(accepted, now) else now + s.cfg.token_hold
 
     def hurry_token(self, now: float) -> None:
         """A message arrived or was broadcast: pass sooner if that helps."""
         token = self.token
         if token is None or self.pass_at <= now:
             return
-        if self.hurry(token):
+        if self.hurry(token, now):
             # A full batch is waiting: holding the token longer gains nothing.
             self.pass_at = min(self.pass_at, now)
         elif len(self._s.config.core) == 1:
             self.pass_at = min(self.pass_at, now + self._s.cfg.token_hold)
 
-    def hurry(self, token: TokenState) -> bool:
+    def _order(self, now: float) -> Iterable[EventId]:
+        """The pool's messages in the order the holder sequences them."""
+        if self._optimistic is None:
+            return self._s.book.pool
+        return self._optimistic.sequencing_order(now)
+
+    def hurry(self, token: TokenState, now: float) -> bool:
         """Whether the holder of ``token`` passes it at once instead of holding it
         ``token_hold``: a full batch is waiting, and either the window has room
         for it or passing drains the window (the core has ``k`` members, so the
@@ -267,7 +281,7 @@ class TokenPath:
         s = self._s
         want = min(s.cfg.max_batch, seqr.BATCH_IDS)
         pool = s.book.pool
-        if len(pool) < want or len(seqr.pick(token, pool, want)) < want:
+        if len(pool) < want or len(seqr.pick(token, self._order(now), want)) < want:
             # Not a full batch that this visit could sequence (a source's next
             # message may be missing): passing at once would send the token round
             # at the links' speed without sequencing anything.
@@ -337,11 +351,12 @@ class TokenPath:
         count_room, byte_room = self.window_room(token)
         ids = seqr.pick(
             token,
-            pool,
+            self._order(now),
             min(s.cfg.max_batch, count_room),
             room=byte_room,
             cost=lambda eid: seqr.event_bytes(pool[eid]),
             first_free=not token.batches,
+            grouped=self._optimistic is None,
         )
         new = seqr.sequence(token, s.pid, ids, s.config.core, s.k())
         # Record the new assignments: the batches the new state still carries are

@@ -21,12 +21,15 @@ from epto.tokenring._messages import (
     Data,
     DataBatch,
     Decided,
+    Delays,
     Fetch,
     Heartbeat,
     Join,
+    Latencies,
     Nack,
     Order,
     Prepare,
+    Probe,
     Promise,
     Report,
     RingConfig,
@@ -58,6 +61,8 @@ events = st.builds(
     signature=st.sampled_from([b"", bytes(range(64))]),
 )
 pids = st.lists(u64, max_size=5, unique=True).map(tuple)
+seconds = st.floats(0.0, 1e9, allow_nan=False)
+rows = st.lists(st.tuples(u64, seconds), max_size=5).map(tuple)
 seq_events = st.lists(st.tuples(u64, events), max_size=3).map(tuple)
 
 
@@ -139,6 +144,9 @@ messages = st.one_of(
     st.builds(Accept, instance=u64, ballot=ballots, value=rings),
     st.builds(Accepted, instance=u64, ballot=ballots),
     st.builds(Decided, config=rings),
+    st.builds(Probe, stamp=seconds, echo=st.booleans()),
+    st.builds(Latencies, instance=u64, plan=st.tuples(u64, u64), rate=seconds, row=rows),
+    st.builds(Delays, instance=u64, epoch=u64, row=rows),
 )
 
 
@@ -148,10 +156,11 @@ def codec(sealed: bool = False) -> FrameCodec:
 
 
 def test_every_message_type_has_a_kind_in_the_reserved_range() -> None:
-    assert len(TOKEN_RING_KINDS) == 16
-    assert all(16 <= kind.code <= 31 for kind in TOKEN_RING_KINDS)
+    assert len(TOKEN_RING_KINDS) == 19
+    assert all(16 <= kind.code <= 31 or 44 <= kind.code <= 46 for kind in TOKEN_RING_KINDS)
     registry = token_ring_registry()
     assert 1 in registry and 16 in registry and 30 in registry and 31 in registry
+    assert 44 in registry and 45 in registry and 46 in registry
 
 
 @SETTINGS

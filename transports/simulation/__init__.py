@@ -39,6 +39,7 @@ from ._experiment import SimulationResult as SimulationResult
 from ._experiment import run_simulation as run_simulation
 from ._latency import ConstantLatency as ConstantLatency
 from ._latency import LatencyModel as LatencyModel
+from ._latency import LinkLatency as LinkLatency
 from ._latency import PlanetLabLatency as PlanetLabLatency
 from ._latency import UniformLatency as UniformLatency
 from ._members import SimulationObserver as SimulationObserver
@@ -52,6 +53,7 @@ __all__ = [
     "ConstantLatency",
     "DeliveryRecorder",
     "LatencyModel",
+    "LinkLatency",
     "NetworkStatistics",
     "PlanetLabLatency",
     "Simulation",

@@ -15,12 +15,19 @@ from ._simulation import Simulation
 
 class DeliveryRecorder(SimulationObserver):
     """Records every delivery: per process, the event ids in delivery order,
-    and the delay of each in-order delivery since its broadcast."""
+    and the delay of each in-order delivery since its broadcast (a token
+    ring's ``FINAL`` deliveries count as in order; its ``OPTIMISTIC`` ones
+    are kept apart)."""
 
     def __init__(self, simulation: Simulation) -> None:
         self._broadcasts = simulation.broadcasts
         self.sequences: dict[ProcessId, list[EventId]] = {}
         self.out_of_order: dict[ProcessId, list[EventId]] = {}
+        self.optimistic: dict[ProcessId, list[tuple[EventId, float]]] = {}
+        """Token ring with optimistic delivery: per process, the optimistic
+        deliveries (event id, time), in order."""
+        self.reordered: dict[ProcessId, int] = {}
+        """Final deliveries with ``reordered=True``, per process."""
         self.delays: list[float] = []
         """Delivery time minus broadcast time, one per in-order delivery."""
         self.times: dict[ProcessId, list[float]] = {}
@@ -34,9 +41,15 @@ class DeliveryRecorder(SimulationObserver):
     def on_delivery(self, pid: ProcessId, delivery: Delivery, now: float) -> None:
         event = delivery.event
         eid = (event.source, event.seq)
-        if delivery.tag is DeliveryTag.OUT_OF_ORDER:
+        tag = delivery.tag
+        if tag is DeliveryTag.OUT_OF_ORDER:
             self.out_of_order.setdefault(pid, []).append(eid)
             return
+        if tag is DeliveryTag.OPTIMISTIC:
+            self.optimistic.setdefault(pid, []).append((eid, now))
+            return
+        if delivery.reordered:
+            self.reordered[pid] = self.reordered.get(pid, 0) + 1
         self.sequences[pid].append(eid)
         self.times[pid].append(now)
         sent = self._broadcasts.get(eid)

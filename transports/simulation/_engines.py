@@ -267,8 +267,9 @@ class PositionRecorder(SimulationObserver):
         self.position: dict[EventId, int] = {}
 
     def on_delivery(self, pid: ProcessId, delivery: Delivery, now: float) -> None:
-        event = delivery.event
-        self.position[(event.source, event.seq)] = event.ts
+        if delivery.in_total_order:
+            event = delivery.event
+            self.position[(event.source, event.seq)] = event.ts
 
 
 def _ring(proc: Member) -> TokenRingProcess:

@@ -91,6 +91,40 @@ class UniformLatency:
         return f"UniformLatency({self.low!r}, {self.high!r})"
 
 
+class LinkLatency:
+    """Each link has its own base latency, plus independent jitter per message.
+
+    ``matrix[dst][src]`` is the base one-way latency from ``src`` to ``dst``
+    (the receiver's row, as in docs/optimistic.md's ``W[r][s]``), for
+    processes ``0 .. len(matrix) - 1``. A message takes the base plus a time
+    uniform in ``[-jitter, +jitter]``, never below zero.
+    """
+
+    __slots__ = ("_rows", "jitter")
+
+    def __init__(
+        self, matrix: list[list[float]] | tuple[tuple[float, ...], ...], jitter: float = 0.0
+    ) -> None:
+        rows = tuple(tuple(_non_negative("latency", v) for v in row) for row in matrix)
+        if not rows or any(len(row) != len(rows) for row in rows):
+            raise ConfigurationError("the latency matrix must be square and non-empty")
+        self._rows = rows
+        self.jitter = _non_negative("jitter", jitter)
+
+    @property
+    def maximum(self) -> float:
+        return max(max(row) for row in self._rows) + self.jitter
+
+    def sample(self, src: int, dst: int, rng: random.Random) -> float:
+        base = self._rows[dst][src]
+        if not self.jitter:
+            return base
+        return max(0.0, base + self.jitter * (2.0 * rng.random() - 1.0))
+
+    def __repr__(self) -> str:
+        return f"LinkLatency({[list(r) for r in self._rows]!r}, jitter={self.jitter!r})"
+
+
 @lru_cache(maxsize=1)
 def _planetlab_table() -> tuple[tuple[float, ...], tuple[float, ...]]:
     """``(matrix, sorted samples)`` in milliseconds; matrix is row-major 226 x 226,

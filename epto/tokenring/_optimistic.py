@@ -1,0 +1,174 @@
+"""Optimistic delivery with delay compensation (seed 001) in a token-ring
+process: the part that delivers messages before their position is known.
+
+Every broadcast already goes to every member directly. With
+``TokenRingConfig.optimistic`` set, a member also delivers each message
+*optimistically* at ``arrival + delay[source]`` (tag ``OPTIMISTIC``), where
+the delays come from a plan that makes every member see the same spontaneous
+order; the holder of the token sequences, in its own optimistic order, the
+messages it delivered optimistically; the final delivery (tag ``FINAL``)
+follows the sequence numbers and says whether the optimistic delivery
+predicted its position (``Delivery.reordered``).
+
+Rules:
+
+* **Scheduling.** A message is scheduled once, when it enters the order book
+  here (a broadcast, a payload, a catch-up), at ``now + delay[source]``,
+  never earlier than the source's previous message (a new plan never
+  reorders one source's messages). A message final before its time is not
+  delivered optimistically.
+* **Tentative order.** Messages delivered optimistically and not yet final
+  are kept in the order of their optimistic delivery. A final delivery
+  confirms (``reordered=False``) only the oldest of them; any other final
+  delivery is ``reordered=True`` (the application rebuilds its tentative
+  state from the final one plus the tentative messages still pending).
+* **Sequencing.** The holder sequences its tentative messages that are not
+  sequenced yet, in their optimistic order, after delivering what is due;
+  a message in the pool that was never scheduled here (it arrived through a
+  view change) is scheduled on the spot, so every message is sequenced
+  eventually. Each source's messages still go in ``seq`` order
+  (:func:`._sequencer.pick`).
+* **Delays** come from :class:`._delayplans.DelayPlans` (probes, reports,
+  the coordinator's plans); until a plan arrives they are zero.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Iterable
+
+from .._event import Delivery, DeliveryTag, Event, EventId, ProcessId
+from ._delayplans import DelayPlans
+from ._membership import Role
+from ._shared import Shared
+from ._stats import OptimisticStatistics
+
+
+class OptimisticPath:
+    """Optimistic deliveries for one process; ``plans`` owns the delays."""
+
+    __slots__ = (
+        "_deliveries",
+        "_last",
+        "_s",
+        "_scheduled",
+        "_tentative",
+        "_waiting",
+        "confirmed",
+        "optimistic",
+        "plans",
+        "reordered",
+        "unannounced",
+    )
+
+    def __init__(self, shared: Shared, plans: DelayPlans, deliveries: deque[Delivery]) -> None:
+        self._s = shared
+        self.plans = plans
+        self._deliveries = deliveries
+        """Filled here and by the data path, emptied by the process's outputs."""
+        self._scheduled: list[tuple[float, ProcessId, int]] = []
+        """Heap of (optimistic time, source, seq); entries no longer in
+        ``_waiting`` are stale and skipped."""
+        self._waiting: dict[EventId, float] = {}
+        """Scheduled, not yet delivered optimistically nor final here."""
+        self._last: dict[ProcessId, float] = {}
+        """Latest optimistic time given to each source's messages."""
+        self._tentative: dict[EventId, None] = {}
+        """Delivered optimistically and not yet final, in delivery order."""
+        self.optimistic = 0
+        self.confirmed = 0
+        self.reordered = 0
+        self.unannounced = 0
+
+    # -- optimistic deliveries -------------------------------------------------
+
+    def arrived(self, event: Event, now: float) -> None:
+        """Schedule the optimistic delivery of ``event``, which just entered the book."""
+        eid = event.id
+        if eid in self._waiting or eid in self._tentative:
+            return
+        source = event.source
+        at = max(now + self.plans.delays.get(source, 0.0), self._last.get(source, -math.inf))
+        last = self._last
+        last[source] = at
+        if len(last) > 4 * len(self._s.config.members) + 16:
+            members = set(self._s.config.members)
+            self._last = {p: t for p, t in last.items() if p in members or p == source}
+        self._waiting[eid] = at
+        heapq.heappush(self._scheduled, (at, source, event.seq))
+
+    def deliver_due(self, now: float) -> None:
+        """Deliver optimistically every scheduled message whose time has come."""
+        heap = self._scheduled
+        waiting = self._waiting
+        book = self._s.book
+        while heap and heap[0][0] <= now:
+            _, source, seq = heapq.heappop(heap)
+            eid = (source, seq)
+            if waiting.pop(eid, None) is None:
+                continue  # final already
+            event = book.payload(eid)
+            if event is None:
+                continue
+            self._tentative[eid] = None
+            self._deliveries.append(Delivery(event=event, tag=DeliveryTag.OPTIMISTIC))
+            self.optimistic += 1
+
+    def finalize(self, eid: EventId) -> bool:
+        """Record the final delivery of ``eid``; whether it is ``reordered``."""
+        tentative = self._tentative
+        if tentative and next(iter(tentative)) == eid:
+            del tentative[eid]
+            self.confirmed += 1
+            return False
+        self.reordered += 1
+        if eid in tentative:
+            del tentative[eid]
+        else:
+            # Not delivered optimistically yet: it never will be.
+            self._waiting.pop(eid, None)
+            self.unannounced += 1
+        return True
+
+    def sequencing_order(self, now: float) -> Iterable[EventId]:
+        """The pool's messages in this member's optimistic order, for the holder
+        of the token: what is delivered optimistically (after delivering what is
+        due), then nothing else; a message of the pool never scheduled here is
+        scheduled now."""
+        pool = self._s.book.pool
+        waiting = self._waiting
+        tentative = self._tentative
+        for eid, event in pool.items():
+            if eid not in waiting and eid not in tentative:
+                self.arrived(event, now)
+        self.deliver_due(now)
+        return [eid for eid in tentative if eid in pool]
+
+    def timer(self) -> float:
+        if self._s.role not in (Role.CORE, Role.EXTERNAL):
+            return math.inf
+        heap = self._scheduled
+        return min(heap[0][0] if heap else math.inf, self.plans.timer())
+
+    # -- reading -----------------------------------------------------------------
+
+    def statistics(self) -> OptimisticStatistics:
+        return OptimisticStatistics(
+            optimistic=self.optimistic,
+            confirmed=self.confirmed,
+            reordered=self.reordered,
+            unannounced=self.unannounced,
+            plans=self.plans.plans,
+            plans_made=self.plans.plans_made,
+            delays=tuple(sorted(self.plans.delays.items())),
+            latencies=tuple(sorted(self.plans.latency_row().items())),
+        )
+
+    def sizes(self) -> dict[str, int]:
+        return {
+            "optimistic_waiting": len(self._waiting),
+            "optimistic_heap": len(self._scheduled),
+            "tentative": len(self._tentative),
+        }
