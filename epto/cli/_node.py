@@ -82,6 +82,12 @@ def register(sub: Any) -> None:
     ):
         p.add_argument(flag, type=float, help=f"token ring: {what} (default: TokenRingConfig)")
     p.add_argument(
+        "--optimistic",
+        choices=("optimal", "fast-seto", "seto", "none"),
+        help="token ring: also deliver optimistically, with delays from this planner "
+        "(docs/optimistic.md); deliveries are tagged optimistic, then final",
+    )
+    p.add_argument(
         "--status",
         metavar="FILE",
         help="keep one JSON status line in FILE (pid, mode, holds_token, view, delivered, ...)",
@@ -177,6 +183,10 @@ def _ring_config(args: argparse.Namespace, group: int) -> Any:
             fields[name] = value
     if "token_hold" in fields and "token_timeout" not in fields:
         fields["token_timeout"] = max(ring.token_timeout, 2 * group * fields["token_hold"])
+    if args.optimistic is not None:
+        from epto.optimistic import OptimisticConfig
+
+        fields["optimistic"] = OptimisticConfig(planner=args.optimistic)
     return attrs.evolve(ring, **fields)
 
 
@@ -247,8 +257,10 @@ class _Sink:
             self.log = DeliveryLogWriter(args.log_dir, args.id)
 
     def write(self, delivery: Any) -> None:
-        self.count += 1
         print(_line(delivery), file=self.out, flush=True)
+        if delivery.tag.value == "optimistic":
+            return  # its final delivery is the one counted and logged
+        self.count += 1
         if self.log is not None:
             from epto.log import micros
 
@@ -267,6 +279,8 @@ def _line(delivery: Any) -> str:
         "ts": event.ts,
         "tag": delivery.tag.value,
     }
+    if delivery.reordered:
+        record["reordered"] = True
     try:
         record["payload"] = event.payload.decode("utf-8")
     except UnicodeDecodeError:

@@ -81,6 +81,13 @@ def register(sub: Any) -> None:
         help="atoms: Zipf-sized groups over the processes (default 8)",
     )
     e.add_argument("--k", type=_positive_int, default=None, help="token ring: resiliency k")
+    e.add_argument(
+        "--optimistic",
+        choices=("optimal", "fast-seto", "seto", "none"),
+        default=None,
+        help="token ring: deliver optimistically too, with delays from this planner "
+        "(docs/optimistic.md); reports how often the optimistic order was the final one",
+    )
     e.add_argument("--clock", choices=("logical", "global"), default="logical")
     e.add_argument("--fanout", type=_positive_int, default=None, help="default: epto params")
     e.add_argument("--ttl", type=_positive_int, default=None, help="default: epto params")
@@ -278,6 +285,7 @@ def run(args: argparse.Namespace) -> int:
             mode=args.mode,
             groups=args.groups,
             k=args.k,
+            optimistic=args.optimistic,
             partition=args.partition,
             partition_start=args.partition_start,
             partition_rounds=args.partition_rounds,
@@ -364,6 +372,14 @@ def _print_summary(s: dict[str, Any], check_summary: str) -> None:
             f"{p['members_at_end']} members at the end ({p['core_at_end']} in the token list), "
             f"{p['excluded']} excluded"
         )
+        if p.get("optimistic_planner") is not None:
+            agreement = p["optimistic_agreement"]
+            print(
+                f"optimistic delivery ({p['optimistic_planner']} delays): "
+                f"{p['optimistic_deliveries']} optimistic deliveries; "
+                f"{p['final_confirmed']} of {p['final_deliveries']} final deliveries confirmed "
+                "the optimistic order" + ("" if agreement is None else f" ({100 * agreement:.1f}%)")
+            )
     if atoms:
         stretch = p.get("stretch_mean")
         print(

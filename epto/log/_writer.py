@@ -171,7 +171,14 @@ class DeliveryLogWriter:
     def append(
         self, delivery: Delivery, *, delivered_at: int, broadcast_at: int | None = None
     ) -> int:
-        """Log one delivery; returns its delivery index."""
+        """Log one delivery; returns its delivery index.
+
+        An ``OPTIMISTIC`` delivery is refused (``LocalProtocolError``): the log
+        holds the total order, and that message's ``FINAL`` delivery follows."""
+        if delivery.tag is DeliveryTag.OPTIMISTIC:
+            raise LocalProtocolError(
+                "an optimistic delivery is not a step of the total order: log its final delivery"
+            )
         event = delivery.event
         return self.append_fields(
             source=event.source,

@@ -478,6 +478,26 @@ class TokenRingEngine(Engine):
             "iview_changes": None if stats is None else stats.light_changes,
             "view": None if stats is None else stats.view,
             "core_at_end": None if stats is None else len(stats.core),
+        } | self._optimistic_figures()
+
+    def _optimistic_figures(self) -> dict[str, Any]:
+        """With optimistic delivery: how often a final delivery confirmed the
+        optimistic one, over every process that ran to the end."""
+        if self.config.optimistic is None:
+            return {}
+        finals = confirmed = optimistic = 0
+        for proc in self.sim.processes.values():
+            stats = _ring(proc).statistics().optimistic
+            assert stats is not None
+            finals += stats.confirmed + stats.reordered
+            confirmed += stats.confirmed
+            optimistic += stats.optimistic
+        return {
+            "optimistic_planner": self.config.optimistic.planner,
+            "optimistic_deliveries": optimistic,
+            "final_confirmed": confirmed,
+            "final_deliveries": finals,
+            "optimistic_agreement": confirmed / finals if finals else None,
         }
 
 

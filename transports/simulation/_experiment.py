@@ -148,7 +148,10 @@ class SimulationResult:
         }
 
     def _parameters(self) -> dict[str, Any]:
-        return {**attrs.asdict(self.spec), **self.extra_parameters}
+        spec = attrs.asdict(self.spec)
+        if spec["optimistic"] is None:
+            del spec["optimistic"]  # a token ring without it, or another engine
+        return {**spec, **self.extra_parameters}
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float | None:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 import attrs
 
 from epto import Config, ConfigurationError, CyclonConfig
+from epto.optimistic import OptimisticConfig
 from epto.tokenring import TokenRingConfig
 
 from ._latency import ConstantLatency, LatencyModel, PlanetLabLatency, UniformLatency
@@ -95,6 +96,9 @@ class SimulationSpec:
     """Atoms: how many Zipf-sized groups over the processes (``None``: 8)."""
     k: int | None = None
     """Token ring: the resiliency level (``None``: a majority of the view)."""
+    optimistic: str | None = None
+    """Token ring: deliver optimistically too, with delays from this planner
+    (``"optimal"``, ``"fast-seto"``, ``"seto"`` or ``"none"``; docs/optimistic.md)."""
     partition: float = 0.0
     """Fraction of the initial processes cut off from the others (drawn at
     random) for ``partition_rounds`` from ``partition_start``; 0: none."""
@@ -140,6 +144,10 @@ class SimulationSpec:
             self._validate_atoms()
         if self.k is not None and (not isinstance(self.k, int) or self.k < 1):
             raise ConfigurationError(f"k must be a positive integer, got {self.k!r}")
+        if self.optimistic is not None:
+            if self.mode != "token-ring":
+                raise ConfigurationError("optimistic delivery needs mode 'token-ring'")
+            OptimisticConfig(planner=self.optimistic)  # type: ignore[arg-type]
         if self.mode == "token-ring" and self.pss != "full":
             raise ConfigurationError("a token ring has no peer sampling: pss must be 'full'")
         _check_range("partition", self.partition, 0, 1)
@@ -222,7 +230,10 @@ class SimulationSpec:
         """The token ring's configuration: the defaults (in seconds) scaled to
         ticks, with every timeout kept well above the largest one-way latency
         of the model."""
-        base = TokenRingConfig(k=self.k).scaled(ticks_per_second)
+        optimistic = (
+            None if self.optimistic is None else OptimisticConfig(planner=self.optimistic)  # type: ignore[arg-type]
+        )
+        base = TokenRingConfig(k=self.k, optimistic=optimistic).scaled(ticks_per_second)
         top = latency.maximum
         return attrs.evolve(
             base,
