@@ -15,6 +15,7 @@ _TOPICS: tuple[str, ...] = (
     "spark",
     "udp_scale",
     "replication",
+    "optimistic",
 )
 
 

@@ -162,3 +162,48 @@ def test_pack_frames_round_trips_through_the_reader() -> None:
             out.append(frame)
     assert out == frames
     assert reader.pending() == 0
+
+
+@pytest.mark.trio
+async def test_link_delays_hold_every_frame_and_keep_the_order() -> None:
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    counts = dict.fromkeys(COUNTS, 0)
+    config = TcpNodeConfig(link_delays={2: 0.2})
+    arrivals: list[tuple[bytes, float]] = []
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+
+            def spawn(fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+                nursery.start_soon(fn, *args)
+
+            links = PeerLinks(config, {2: f"127.0.0.1:{port}"}.get, counts, lambda d: [], spawn)
+            sent_at = {}
+            for i in range(5):
+                frame = b"frame %d" % i
+                sent_at[frame] = trio.current_time()
+                links.send(2, [frame])
+                await trio.sleep(0.03)
+            stream = await listeners[0].accept()
+            reader = FrameReader(max_frame=1 << 20, min_frame=1)
+            while len(arrivals) < 5:
+                chunk = await stream.receive_some(1 << 16)
+                reader.feed(chunk)
+                while (frame := reader.next_frame()) is not None:
+                    arrivals.append((frame, trio.current_time()))
+            nursery.cancel_scope.cancel()
+    await stream.aclose()
+    for listener in listeners:
+        await listener.aclose()
+    assert [frame for frame, _ in arrivals] == [b"frame %d" % i for i in range(5)]
+    for frame, at in arrivals:
+        assert at - sent_at[frame] >= 0.2
+    assert counts["sent"] == 5
+
+
+@pytest.mark.parametrize("delay", [-0.001, float("nan"), float("inf")])
+def test_link_delays_are_finite_and_not_negative(delay: float) -> None:
+    from epto import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=r"link_delays\[3\]"):
+        TcpNodeConfig(link_delays={3: delay})

@@ -10,12 +10,13 @@ node adds them in :mod:`.tcp_tokenring`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Protocol
 
 import attrs
 
-from epto import ConfigurationError, Limits
+from epto import ConfigurationError, Limits, ProcessId
 from epto.endpoint import OPENER_MAX, Address, OverflowPolicy, parse_host_port
 
 __all__ = ["MIN_FIRST_FRAME", "TcpNodeConfig", "TcpNodeStatistics", "check_tcp_fields"]
@@ -50,6 +51,8 @@ class _TcpFields(Protocol):
 
     @property
     def first_frame_limit(self) -> int: ...
+    @property
+    def link_delays(self) -> Mapping[ProcessId, float]: ...
 
 
 def check_tcp_fields(config: _TcpFields, owner: str) -> None:
@@ -62,6 +65,11 @@ def check_tcp_fields(config: _TcpFields, owner: str) -> None:
         value = getattr(config, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigurationError(f"{owner}.{name} must be an int >= 1, got {value!r}")
+    for pid, delay in config.link_delays.items():
+        if not (isinstance(delay, int | float) and math.isfinite(delay) and delay >= 0):
+            raise ConfigurationError(
+                f"{owner}.link_delays[{pid!r}] must be a finite number >= 0, got {delay!r}"
+            )
     if not config.handshake_timeout > 0:
         raise ConfigurationError(
             f"{owner}.handshake_timeout must be > 0, got {config.handshake_timeout!r}"
@@ -126,6 +134,10 @@ class TcpNodeConfig:
     (``"first-frame-too-large"``). A stream's first frame is the first of the
     endpoint's ``opening(dest)``, which must therefore fit; after it, frames
     up to ``limits.max_frame_size``."""
+    link_delays: Mapping[ProcessId, float] = attrs.field(factory=dict)
+    """Seconds every frame to a peer waits before it is written (peer id to
+    delay; absent: none): emulates a wide-area link on one machine, for
+    measurements and tests. Frames keep their order."""
     idle_timeout: float = 30.0
     """Seconds an incoming stream may go without an accepted frame before it
     is closed (``"idle-timeout"``); ``inf``: never. The engine must send

@@ -48,8 +48,9 @@ class _Link:
 
     def __init__(self) -> None:
         self.stream: trio.SocketStream | None = None
-        self.queue: deque[tuple[bytes, int]] = deque()
-        """Bytes to write in order, each with the number of frames it completes."""
+        self.queue: deque[tuple[bytes, int, float]] = deque()
+        """Bytes to write in order, each with the number of frames it
+        completes and when it may be written (``link_delays``; else 0)."""
         self.frames = 0
         """Frames in ``queue``."""
         self.writing = False
@@ -100,7 +101,13 @@ class PeerLinks:
             frames = frames[: max(room, 0)]
             if not frames:
                 return
-        link.queue.append((pack_frames(frames), len(frames)))
+        delay = self._config.link_delays.get(dest)
+        due = 0.0
+        if delay:
+            due = trio.current_time() + delay
+            if link.queue:
+                due = max(due, link.queue[-1][2])  # in order, whatever the delay
+        link.queue.append((pack_frames(frames), len(frames), due))
         link.frames += len(frames)
         link.lot.unpark_all()
 
@@ -145,10 +152,11 @@ class PeerLinks:
                     next_attempt = trio.current_time() + self._config.reconnect_interval
                     if not await self._connect(dest, link):
                         continue
-                data = b"".join(chunk for chunk, _ in link.queue)
-                count = link.frames
-                link.queue.clear()
-                link.frames = 0
+                if link.queue[0][2] > trio.current_time():
+                    # An emulated link delay (link_delays): wait for the oldest.
+                    await trio.sleep_until(link.queue[0][2])
+                    continue
+                data, count = self._take_due(link)
                 assert link.stream is not None
                 link.writing = True
                 try:
@@ -165,6 +173,21 @@ class PeerLinks:
                 self._counts["sent"] += count
         finally:
             await self._drop_stream(link)
+
+    @staticmethod
+    def _take_due(link: _Link) -> tuple[bytes, int]:
+        """What may be written now (everything, without ``link_delays``), and
+        how many frames it completes; taken off the queue."""
+        queue = link.queue
+        now = trio.current_time() if queue[-1][2] else 0.0
+        chunks: list[bytes] = []
+        count = 0
+        while queue and queue[0][2] <= now:
+            chunk, frames, _ = queue.popleft()
+            chunks.append(chunk)
+            count += frames
+        link.frames -= count
+        return b"".join(chunks), count
 
     async def _drop_stream(self, link: _Link) -> None:
         if link.stream is not None:

@@ -102,6 +102,10 @@ class TokenRingNodeConfig:
     small address frame (at most 318 bytes), so this bounds what an outsider
     makes a node hold per connection without limiting what members send:
     after the first frame, frames up to ``limits.max_frame_size``."""
+    link_delays: Mapping[ProcessId, float] = attrs.field(factory=dict)
+    """Seconds every frame to a peer waits before it is written (peer id to
+    delay; absent: none): emulates a wide-area link on one machine, for
+    measurements and tests (``TcpNodeConfig.link_delays``)."""
     idle_timeout: float | None = None
     """Seconds an incoming stream may go without a frame that is accepted
     (authenticates, or decodes without a key) before it is closed
@@ -163,6 +167,7 @@ class TokenRingNodeConfig:
             handshake_timeout=self.handshake_timeout,
             first_frame_limit=self.first_frame_limit,
             idle_timeout=self.idle_after(),
+            link_delays=self.link_delays,
         )
 
 
