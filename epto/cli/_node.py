@@ -118,7 +118,8 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--expect",
         type=int,
-        help="stop after this many deliveries (exit status 4 if the node stops before)",
+        help="stop after this many deliveries (final ones with --optimistic; exit status 4 "
+        "if the node stops before)",
     )
     p.add_argument("--duration", type=float, help="stop after this many seconds")
     p.add_argument("--output", help="write deliveries to this file (default: stdout)")
@@ -368,13 +369,11 @@ async def _run_trio(args: argparse.Namespace, config: Any, sink: _Sink) -> int:
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(stop_at_eof)
-        count = 0
         with trio.move_on_at(deadline):
             try:
                 async for delivery in node:
                     sink.write(delivery)
-                    count += 1
-                    if args.expect is not None and count >= args.expect:
+                    if args.expect is not None and sink.count >= args.expect:
                         break
             except MemberExcludedError as exc:
                 print(f"excluded {args.id}: {exc}", file=sys.stderr, flush=True)
@@ -449,12 +448,10 @@ def _run_zmq(args: argparse.Namespace, config: Any, sink: _Sink) -> None:
             threading.Thread(target=read_stdin, daemon=True).start()
         stop_on_eof = args.stdin and args.expect is None and args.duration is None
         deadline = time.monotonic() + (args.duration if args.duration is not None else math.inf)
-        count = 0
         while time.monotonic() < deadline and not (stop_on_eof and stdin_done.is_set()):
             delivery = node.get(timeout=0.05)
             if delivery is None:
                 continue
             sink.write(delivery)
-            count += 1
-            if args.expect is not None and count >= args.expect:
+            if args.expect is not None and sink.count >= args.expect:
                 break
