@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import random
+import struct
 
 import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from epto import Event, GroupKey, Limits
+from epto import Event, GroupKey, Limits, LocalProtocolError
 from epto.tokenring import TOKEN_RING_KINDS, token_ring_registry
 from epto.tokenring._messages import (
     Accept,
@@ -229,6 +230,9 @@ def _corpus() -> list[bytes]:
                 ),
                 Decided(config=ring),
                 Fetch(start=0, end=4, ids=((1, 2),)),
+                Probe(stamp=0.25 * i, echo=bool(i % 2)),
+                Latencies(instance=i, plan=(i, 2), rate=30.5, row=((1, 0.005), (2, 0.007))),
+                Delays(instance=i, epoch=3, row=((1, 0.0), (2, 0.011), (3, 0.002))),
             ):
                 out.extend(c.encode(rng.randrange(2**64), message))
     return out
@@ -267,6 +271,17 @@ def test_fuzz_raises_only_the_library_error(sealed: bool) -> None:
         c.receive(data)
     assert sum(c.rejected.values()) > 3000
     assert "truncated" in c.rejected
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, 2e9])
+def test_optimistic_frames_refuse_floats_out_of_range(value: float) -> None:
+    c = codec()
+    with pytest.raises(LocalProtocolError):
+        c.encode(1, Probe(stamp=value))
+    good = c.encode(1, Delays(instance=1, epoch=1, row=((2, 0.5),)))[0]
+    bad = good[:-8] + struct.pack(">d", value)
+    assert c.receive(bad) is None
+    assert c.rejected.get("bad-value") == 1
 
 
 def test_batches_and_assignments_travel_as_runs() -> None:
