@@ -249,6 +249,23 @@ class DeliveryLogWriter:
                 self._segment_dir_synced = True
             self._manifest.update(self._next)
 
+    def delete_before(self, index: int) -> int:
+        """Delete the closed segments whose records all lie below ``index``
+        (compaction: a snapshot covers them); the number deleted. The log then
+        starts at the first segment kept (``log_bounds``); the open segment is
+        never deleted."""
+        segments = [s for s in list_segments(self.directory) if s.closed]
+        deleted = 0
+        for here, following in zip(segments, segments[1:] + [None], strict=True):
+            end = following.first_index if following is not None else self._segment_first
+            if end > index or here.first_index >= self._segment_first:
+                break
+            here.path.unlink()
+            deleted += 1
+        if deleted:
+            _fsync_dir(self.directory)
+        return deleted
+
     def _open_segment(self, first: int) -> None:
         path = self.directory / segment_name(first, closed=False)
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
