@@ -255,8 +255,10 @@ class DeliveryLogWriter:
         starts at the first segment kept (``log_bounds``); the open segment is
         never deleted."""
         segments = [s for s in list_segments(self.directory) if s.closed]
+        if not segments:
+            return 0
         deleted = 0
-        for here, following in zip(segments, segments[1:] + [None], strict=True):
+        for here, following in zip(segments, [*segments[1:], None], strict=True):
             end = following.first_index if following is not None else self._segment_first
             if end > index or here.first_index >= self._segment_first:
                 break

@@ -93,6 +93,12 @@ class SnapshotStore:
         _fsync_dir(self.directory)
         return final
 
+    def clear(self) -> None:
+        """Delete every snapshot (a replica that fetches its state afresh)."""
+        for path in self._files():
+            path.unlink()
+        _fsync_dir(self.directory)
+
     def _files(self) -> list[Path]:
         """Snapshot files, newest first (by applied count, then log index)."""
         found = [p for p in self.directory.iterdir() if _NAME.match(p.name)]

@@ -68,3 +68,10 @@ def test_the_delivery_log_is_compacted_to_a_snapshot(tmp_path: Path) -> None:
         assert log.delete_before(10_000) >= 1  # never the open segment
         log.append(Delivery(event=Event(source=1, seq=500, ts=501, payload=b"y")), delivered_at=1)
     assert log_bounds(node_dir)[1] == 501
+
+
+def test_compacting_a_log_without_closed_segments_deletes_nothing(tmp_path: Path) -> None:
+    with DeliveryLogWriter(tmp_path, 1) as log:
+        assert log.delete_before(100) == 0
+        log.append(Delivery(event=Event(source=1, seq=0, ts=1, payload=b"x")), delivered_at=0)
+        assert log.delete_before(100) == 0

@@ -1,0 +1,226 @@
+"""State transfer between replicas (:mod:`epto.transports.trio_rsm`): a small
+request/response protocol over its own TCP connections.
+
+Every message is a 4-byte big-endian length and a JSON object; a snapshot's
+state follows its header as raw bytes, in chunks. Requests:
+
+* ``{"op": "snapshot", "need": KEY | null}``: the server waits (at most
+  ``wait`` seconds) until its replica is ready and its cut reaches ``need``,
+  then answers ``{"cut", "applied", "digest", "size", "sha256"}`` and the state.
+* ``{"op": "digest", "cut": KEY | null}``: the server waits (at most ``wait``)
+  until its cut reaches ``cut``, then answers ``{"digest": HEX | null}``
+  (null: that cut left its history).
+
+A request is at most :data:`MAX_REQUEST` bytes; the server serves at most
+``max_connections`` connections at once and bounds each by ``wait`` plus the
+time to send the state; the client refuses a state larger than its
+``max_snapshot_bytes`` or one whose SHA-256 differs, and bounds every read by
+its timeout. Nothing the peer sends is executed: the state is handed to the
+machine's ``restore`` only after the digest check (:class:`ReplicatedNode`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from epto.endpoint import Address, parse_host_port
+from epto.rsm import OrderKey, Snapshot
+
+MAX_REQUEST = 4096
+CHUNK = 1 << 16
+
+
+class TransferError(Exception):
+    """A peer could not serve, or served something that does not check out."""
+
+
+def _key(value: Any) -> OrderKey | None:
+    if value is None:
+        return None
+    if (
+        not isinstance(value, list)
+        or len(value) != 3
+        or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**64 for v in value)
+    ):
+        raise TransferError(f"not an order key: {value!r}"[:100])
+    return (value[0], value[1], value[2])
+
+
+async def _send(stream: trio.abc.Stream, message: dict[str, Any]) -> None:
+    data = json.dumps(message).encode()
+    await stream.send_all(len(data).to_bytes(4, "big") + data)
+
+
+class _Reader:
+    """Reads exact byte counts from a stream (bounded by the caller's deadline)."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self._stream = stream
+        self._buffer = bytearray()
+
+    async def exactly(self, n: int) -> bytes:
+        while len(self._buffer) < n:
+            chunk = await self._stream.receive_some(max(CHUNK, n - len(self._buffer)))
+            if not chunk:
+                raise TransferError("the peer closed the connection")
+            self._buffer += chunk
+        out = bytes(self._buffer[:n])
+        del self._buffer[:n]
+        return out
+
+    async def message(self, limit: int) -> dict[str, Any]:
+        size = int.from_bytes(await self.exactly(4), "big")
+        if size > limit:
+            raise TransferError(f"a message of {size} bytes (limit {limit})")
+        try:
+            value = json.loads(await self.exactly(size))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise TransferError(f"not JSON: {exc}") from None
+        if not isinstance(value, dict):
+            raise TransferError("not a JSON object")
+        return value
+
+
+class TransferServer:
+    """Serves snapshots and digests of one replica.
+
+    ``snapshot()`` returns the replica's current snapshot; ``ready()`` whether
+    it may serve one; ``cut()`` its cut; ``digest_at(cut)`` its digest there; ``wait``
+    bounds how long a request may wait for the replica to reach a cut, and
+    ``send_timeout`` how long sending a state may take."""
+
+    def __init__(
+        self,
+        *,
+        snapshot: Callable[[], Snapshot],
+        ready: Callable[[], bool],
+        cut: Callable[[], OrderKey | None],
+        digest_at: Callable[[OrderKey | None], bytes | None],
+        wait: float = 30.0,
+        send_timeout: float = 300.0,
+        max_connections: int = 16,
+    ) -> None:
+        self._snapshot = snapshot
+        self._ready = ready
+        self._cut = cut
+        self._digest_at = digest_at
+        self._wait = wait
+        self._send_timeout = send_timeout
+        self._limit = trio.CapacityLimiter(max_connections)
+        self.refused: dict[str, int] = {}
+        self.served = 0
+
+    def _refuse(self, why: str) -> None:
+        self.refused[why] = self.refused.get(why, 0) + 1
+
+    async def handle(self, stream: trio.SocketStream) -> None:
+        if self._limit.borrowed_tokens >= self._limit.total_tokens:
+            self._refuse("too-many-connections")
+            await stream.aclose()
+            return
+        async with self._limit, stream:
+            try:
+                with trio.fail_after(self._wait + self._send_timeout):
+                    request = await _Reader(stream).message(MAX_REQUEST)
+                    op = request.get("op")
+                    if op == "snapshot":
+                        await self._serve_snapshot(stream, _key(request.get("need")))
+                    elif op == "digest":
+                        await self._serve_digest(stream, _key(request.get("cut")))
+                    else:
+                        self._refuse("bad-request")
+            except (TransferError, trio.TooSlowError) as exc:
+                self._refuse("timeout" if isinstance(exc, trio.TooSlowError) else "bad-request")
+            except (trio.BrokenResourceError, OSError):
+                self._refuse("broken")
+
+    async def _reached(self, need: OrderKey | None) -> bool:
+        """Wait until the replica is ready and its cut reaches ``need``."""
+        with trio.move_on_after(self._wait):
+            while True:
+                cut = self._cut()
+                if self._ready() and (need is None or (cut is not None and cut >= need)):
+                    return True
+                await trio.sleep(0.01)
+        return False
+
+    async def _serve_snapshot(self, stream: trio.SocketStream, need: OrderKey | None) -> None:
+        snapshot = self._snapshot() if await self._reached(need) else None
+        if snapshot is None:
+            await _send(stream, {"error": "not reached"})
+            return
+        state = snapshot.state
+        await _send(
+            stream,
+            {
+                "cut": None if snapshot.cut is None else list(snapshot.cut),
+                "applied": snapshot.applied,
+                "digest": snapshot.digest.hex(),
+                "size": len(state),
+                "sha256": hashlib.sha256(state).hexdigest(),
+            },
+        )
+        view = memoryview(state)
+        for i in range(0, len(state), CHUNK):
+            await stream.send_all(view[i : i + CHUNK])
+        self.served += 1
+
+    async def _serve_digest(self, stream: trio.SocketStream, cut: OrderKey | None) -> None:
+        digest = self._digest_at(cut) if await self._reached(cut) else None
+        await _send(stream, {"digest": None if digest is None else digest.hex()})
+
+
+async def _connect(address: Address) -> trio.SocketStream:
+    host, port = parse_host_port(address)
+    return await trio.open_tcp_stream(host, port)
+
+
+async def fetch_snapshot(
+    address: Address, need: OrderKey | None, *, timeout: float, max_bytes: int
+) -> Snapshot:
+    """The snapshot of the replica at ``address`` at a cut reaching ``need``."""
+    try:
+        with trio.fail_after(timeout):
+            stream = await _connect(address)
+            async with stream:
+                await _send(
+                    stream, {"op": "snapshot", "need": None if need is None else list(need)}
+                )
+                reader = _Reader(stream)
+                header = await reader.message(MAX_REQUEST)
+                if "error" in header:
+                    raise TransferError(f"{address}: {header['error']}"[:200])
+                size = header.get("size")
+                if not isinstance(size, int) or not 0 <= size <= max_bytes:
+                    raise TransferError(f"{address}: a state of {size!r} bytes (limit {max_bytes})")
+                state = await reader.exactly(size)
+                if hashlib.sha256(state).hexdigest() != header.get("sha256"):
+                    raise TransferError(f"{address}: the state does not match its checksum")
+                digest = bytes.fromhex(str(header.get("digest")))
+                applied = header.get("applied")
+                if len(digest) != 16 or not isinstance(applied, int) or applied < 0:
+                    raise TransferError(f"{address}: a malformed header")
+                return Snapshot(
+                    cut=_key(header.get("cut")), applied=applied, digest=digest, state=state
+                )
+    except (OSError, trio.BrokenResourceError, trio.TooSlowError, ValueError) as exc:
+        raise TransferError(f"{address}: {type(exc).__name__}: {exc}"[:200]) from None
+
+
+async def fetch_digest(address: Address, cut: OrderKey | None, *, timeout: float) -> bytes | None:
+    """The digest of the replica at ``address`` at ``cut`` (None: unknown there)."""
+    try:
+        with trio.fail_after(timeout):
+            stream = await _connect(address)
+            async with stream:
+                await _send(stream, {"op": "digest", "cut": None if cut is None else list(cut)})
+                answer = await _Reader(stream).message(MAX_REQUEST)
+                value = answer.get("digest")
+                return None if value is None else bytes.fromhex(str(value))
+    except (OSError, trio.BrokenResourceError, trio.TooSlowError, ValueError) as exc:
+        raise TransferError(f"{address}: {type(exc).__name__}: {exc}"[:200]) from None

@@ -1,0 +1,426 @@
+"""A replicated state machine on a trio node, either engine (docs/rsm.md).
+
+::
+
+    async with ReplicatedNode(KV(), node_config, ReplicaConfig(data_dir="kv-1")) as replica:
+        await replica.wait_ready()
+        old = await replica.call("set", "colour", "blue")  # applied everywhere, in order
+        replica.machine.data["colour"]                      # a local read
+
+:class:`ReplicatedNode` runs the node :func:`~epto.transports.trio_node.open_node`
+opens for the configuration, applies what it delivers to an
+:class:`epto.rsm.Replica`, completes each ``call`` when its own command is
+applied here (with the command's result, or :class:`CommandFailedError`),
+serves its state to newcomers (``transfer_bind``), fetches its own state
+when it joins late or finds a hole, takes snapshots by policy and compacts
+its delivery log.
+
+Rules:
+
+* **Durability** (with ``data_dir``): every command applied is first
+  appended to the delivery log (``data_dir/log``); a snapshot records the log
+  index it covers and is written atomically (:class:`epto.rsm.SnapshotStore`,
+  ``data_dir/snapshots``); log segments wholly below the oldest snapshot kept
+  are deleted. On start the newest snapshot that checks out is restored and the
+  log after it replayed: a crash at any point loses no applied command and
+  applies none twice.
+* **Joining** (``joining=True``): deliveries are buffered; the state is
+  fetched from one of ``peers`` (transfer addresses) at a cut that reaches
+  what was buffered, its digest is confirmed by at least one other peer and
+  contradicted by fewer than confirm it, then restored, and the buffer
+  replayed. An EpTO newcomer first waits ``join_settle`` (default twice
+  ``(TTL + 2)`` rounds): events broadcast before it joined are not delivered
+  to it, and the snapshot's cut must be past all of them. A replica whose
+  replica finds a hole (the token ring's positions skip) fetches its state
+  the same way.
+* **Reads are local** (``replica.machine``): they see this replica's prefix of
+  the order. Read-your-writes: ``await call(...)`` returns once the command
+  is applied here.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import shutil
+import time
+from collections.abc import Mapping
+from contextlib import AsyncExitStack
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import attrs
+import trio
+
+from epto import ConfigurationError, Delivery, EptoError, Event, EventId, ProcessId
+from epto.endpoint import Address, NodeConfig, parse_host_port
+from epto.log import DeliveryLogWriter, log_bounds, micros, read_log
+from epto.rsm import (
+    CommandCodec,
+    CommandFailed,
+    JsonCodec,
+    OrderKey,
+    Replica,
+    Snapshot,
+    SnapshotStore,
+    StateMachine,
+)
+
+from ._trio.rsm_transfer import TransferError, TransferServer, fetch_digest, fetch_snapshot
+from .trio_node import open_node
+
+__all__ = ["CommandFailedError", "ReplicaConfig", "ReplicaStatus", "ReplicatedNode"]
+
+
+class CommandFailedError(EptoError):
+    """A command raised at every replica; ``error`` is the exception's type name."""
+
+    def __init__(self, failed: CommandFailed) -> None:
+        super().__init__(f"{failed.error}: {failed.message}")
+        self.error = failed.error
+        self.message = failed.message
+
+
+@attrs.frozen(kw_only=True)
+class ReplicaConfig:
+    """How a :class:`ReplicatedNode` keeps, shares and fetches its state."""
+
+    data_dir: str | None = None
+    """Delivery log and snapshots here (None: in memory only)."""
+    snapshot_every: int = 5000
+    """Take a snapshot after this many commands (0: never by count)."""
+    snapshot_interval: float = 300.0
+    """... or after this many seconds with at least one command (inf: never by time)."""
+    keep: int = 2
+    """Snapshots kept on disk."""
+    transfer_bind: Address = "127.0.0.1:0"
+    """Where this replica serves its state to newcomers (TCP)."""
+    peers: Mapping[ProcessId, Address] = attrs.field(factory=dict)
+    """Other replicas' transfer addresses (a newcomer fetches from them)."""
+    joining: bool = False
+    """Start empty and fetch the state from ``peers`` (a late joiner)."""
+    join_settle: float | None = None
+    """EpTO: seconds a newcomer waits before fetching (None: 2 x (TTL + 2) rounds)."""
+    transfer_timeout: float = 60.0
+    max_snapshot_bytes: int = 1 << 30
+    max_buffer: int = 1_000_000
+    """Deliveries a joining replica buffers at most."""
+    codec: CommandCodec = attrs.field(factory=JsonCodec)
+
+    def __attrs_post_init__(self) -> None:
+        if self.snapshot_every < 0 or self.keep < 1 or self.max_snapshot_bytes < 1:
+            raise ConfigurationError("ReplicaConfig: snapshot_every >= 0, keep >= 1")
+        parse_host_port(self.transfer_bind)
+        for address in self.peers.values():
+            parse_host_port(address)
+
+
+@attrs.frozen(kw_only=True)
+class ReplicaStatus:
+    ready: bool
+    """The state is the group's (a newcomer: after its transfer)."""
+    caught_up: bool
+    """Ready, and nothing delivered waits to be applied."""
+    applied: int
+    cut: OrderKey | None
+    digest: str
+    members: tuple[ProcessId, ...]
+    quorum: bool | None
+    """Token ring: whether the core holds a majority of the view's members
+    (deliveries progress); None for EpTO."""
+    snapshots_taken: int
+    transfers: int
+    """States fetched (joining, or after a hole)."""
+    transfer_failures: int
+
+
+class ReplicatedNode:
+    """One replica of ``machine`` on a trio node (see the module's rules)."""
+
+    def __init__(
+        self, machine: StateMachine, node: NodeConfig, config: ReplicaConfig | None = None
+    ) -> None:
+        self.config = cfg = config if config is not None else ReplicaConfig()
+        self.machine = machine
+        self.node_config = node
+        self._ring = node.resolved_mode() == "token-ring"
+        self.replica = Replica(
+            machine,
+            codec=cfg.codec,
+            joining=cfg.joining,
+            contiguous=self._ring,
+            max_buffer=cfg.max_buffer,
+        )
+        self._node: Any = None
+        self._pending: dict[EventId, trio.Event] = {}
+        self._results: dict[EventId, Any] = {}
+        self._store = (
+            SnapshotStore(Path(cfg.data_dir) / "snapshots", keep=cfg.keep) if cfg.data_dir else None
+        )
+        self._log: DeliveryLogWriter | None = None
+        self._log_index = 0
+        self._since_snapshot = 0
+        self._snapshot_at = math.inf
+        self.snapshots_taken = 0
+        self.transfers = 0
+        self.transfer_failures = 0
+        self._ready = trio.Event()
+        self._wake = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        self.transfer_address = ""
+        self._server = TransferServer(
+            snapshot=self.replica.snapshot,
+            ready=lambda: self.replica.ready,
+            cut=lambda: self.replica.cut,
+            digest_at=self.replica.digest_at,
+            wait=min(30.0, cfg.transfer_timeout),
+        )
+        self._stack: AsyncExitStack | None = None
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        self._recover()
+        async with AsyncExitStack() as stack:
+            if self._log is not None:
+                stack.callback(self._log.close)
+            self._node = await stack.enter_async_context(open_node(self.node_config))
+            nursery = self._nursery = await stack.enter_async_context(trio.open_nursery())
+            stack.callback(nursery.cancel_scope.cancel)  # runs first on the way out
+            host, port = parse_host_port(self.config.transfer_bind)
+            serve = functools.partial(trio.serve_tcp, self._server.handle, port, host=host)
+            listeners = await nursery.start(serve)
+            bound = listeners[0].socket.getsockname()
+            self.transfer_address = f"{bound[0]}:{bound[1]}"
+            nursery.start_soon(self._apply_loop)
+            nursery.start_soon(self._resync_loop)
+            if self.replica.ready:
+                self._ready.set()
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.__aexit__(exc_type, exc, tb)
+
+    @property
+    def node(self) -> Any:
+        """The node (``TrioNode`` or ``TokenRingNode``) under this replica."""
+        return self._node
+
+    async def wait_ready(self) -> None:
+        """Until the state is the group's (at once unless joining)."""
+        await self._ready.wait()
+
+    # -- commands -------------------------------------------------------------------
+
+    async def call(self, name: str, *args: Any) -> Any:
+        """Replicate ``name(*args)``; its result once applied here, or
+        :class:`CommandFailedError` if it raised (at every replica alike)."""
+        if name not in type(self.machine).commands():
+            raise ConfigurationError(
+                f"{type(self.machine).__name__} has no replicated command {name!r}"
+            )
+        await self._ready.wait()
+        payload = self.config.codec.encode(name, args)
+        eid = self._node.broadcast(payload)
+        done = self._pending[eid] = trio.Event()
+        try:
+            await done.wait()
+        finally:
+            self._pending.pop(eid, None)
+        result = self._results.pop(eid)
+        if isinstance(result, CommandFailed):
+            raise CommandFailedError(result)
+        return result
+
+    def submit(self, name: str, *args: Any) -> EventId:
+        """Replicate ``name(*args)`` without waiting for it (its result is dropped)."""
+        return self._node.broadcast(self.config.codec.encode(name, args))  # type: ignore[no-any-return]
+
+    # -- applying -------------------------------------------------------------------
+
+    async def _apply_loop(self) -> None:
+        async for delivery in self._node:
+            self._deliver(delivery)
+            await trio.lowlevel.checkpoint_if_cancelled()
+
+    def _deliver(self, delivery: Delivery) -> None:
+        replica = self.replica
+        applied = replica.deliver(delivery)
+        if not replica.ready:
+            self._wake.set()  # joining, or a hole: the state must be fetched
+            return
+        if applied is None:
+            return
+        if self._log is not None:
+            # Logged right after it is applied, with nothing in between: a
+            # snapshot (taken between two deliveries) covers exactly the
+            # records below its log index.
+            self._log.append(delivery, delivered_at=micros(time.time()))
+            self._log_index += 1
+        self._since_snapshot += 1
+        if self._snapshot_at == math.inf:
+            self._snapshot_at = trio.current_time() + self.config.snapshot_interval
+        event = self._pending.get(applied.event)
+        if event is not None:
+            self._results[applied.event] = applied.result
+            event.set()
+        self._maybe_snapshot()
+
+    # -- snapshots and recovery -------------------------------------------------------
+
+    def _maybe_snapshot(self) -> None:
+        every = self.config.snapshot_every
+        due = (every and self._since_snapshot >= every) or trio.current_time() >= self._snapshot_at
+        if due and self._store is not None:
+            self.take_snapshot()
+
+    def take_snapshot(self) -> Path | None:
+        """Write a snapshot now (with ``data_dir``) and compact the log."""
+        if self._store is None or not self.replica.ready:
+            return None
+        if self._log is not None:
+            self._log.flush(fsync=True)
+        path = self._store.save(self.replica.snapshot(), self._log_index)
+        self.snapshots_taken += 1
+        self._since_snapshot = 0
+        self._snapshot_at = math.inf
+        oldest = self._store.oldest_log_index()
+        if self._log is not None and oldest is not None:
+            self._log.delete_before(oldest)
+        return path
+
+    def _recover(self) -> None:
+        """Restore the newest snapshot on disk and replay the log after it; a
+        joining replica starts from nothing instead (its state is fetched)."""
+        if self.config.data_dir is None:
+            return
+        assert self._store is not None
+        log_root = Path(self.config.data_dir) / "log"
+        node_dir = log_root / str(self.node_config.pid)
+        if self.config.joining:
+            self._store.clear()
+            shutil.rmtree(node_dir, ignore_errors=True)
+        else:
+            stored = self._store.latest()
+            start = 0
+            if stored is not None:
+                self.replica.restore(stored.snapshot)
+                start = stored.log_index
+            if node_dir.exists():
+                first, _ = log_bounds(node_dir)
+                for record in read_log(node_dir, max(start, first)):
+                    event = Event(
+                        source=record.source, seq=record.seq, ts=record.ts, payload=record.payload
+                    )
+                    self.replica.deliver(Delivery(event=event))
+        self._log = DeliveryLogWriter(log_root, self.node_config.pid)
+        self._log_index = self._log.next_index
+
+    # -- fetching the state -------------------------------------------------------------
+
+    async def _resync_loop(self) -> None:
+        """Fetch the state while the replica is not ready (joining, or a hole)."""
+        settle = self._settle()
+        if not self.replica.ready and settle:
+            await trio.sleep(settle)
+        while True:
+            if self.replica.ready:
+                self._ready.set()
+                self._wake = trio.Event()
+                await self._wake.wait()
+                continue
+            if self._ring and self.replica.needed() is None:
+                # Nothing delivered yet: wait a little for the first delivery
+                # (the snapshot must reach it), then take any.
+                with trio.move_on_after(1.0):
+                    while self.replica.needed() is None:
+                        await trio.sleep(0.01)
+            if await self._fetch():
+                continue
+            await trio.sleep(0.2)
+
+    def _settle(self) -> float:
+        if self._ring:
+            return 0.0
+        if self.config.join_settle is not None:
+            return self.config.join_settle
+        protocol = self.node_config.protocol_config()
+        return 2 * (protocol.ttl + 2) * protocol.round_interval
+
+    async def _fetch(self) -> bool:
+        cfg = self.config
+        peers = [a for p, a in cfg.peers.items() if p != self.node_config.pid]
+        need = self.replica.needed()
+        for i, address in enumerate(peers):
+            try:
+                snapshot = await fetch_snapshot(
+                    address, need, timeout=cfg.transfer_timeout, max_bytes=cfg.max_snapshot_bytes
+                )
+                if not await self._confirmed(snapshot, peers[:i] + peers[i + 1 :]):
+                    self.transfer_failures += 1
+                    continue
+                self.replica.restore(snapshot)
+            except (TransferError, ValueError):
+                self.transfer_failures += 1
+                continue
+            self.transfers += 1
+            if self._log is not None:
+                # The log restarts after the snapshot: save it so that recovery
+                # has a base that the log continues.
+                self.take_snapshot()
+            return True
+        return False
+
+    async def _confirmed(self, snapshot: Snapshot, others: list[Address]) -> bool:
+        confirm = contradict = 0
+        for address in others:
+            try:
+                digest = await fetch_digest(
+                    address, snapshot.cut, timeout=self.config.transfer_timeout
+                )
+            except TransferError:
+                continue
+            if digest is None:
+                continue
+            if digest == snapshot.digest:
+                confirm += 1
+            else:
+                contradict += 1
+            if confirm > contradict and confirm >= 1 and confirm + contradict >= 1:
+                break
+        return confirm >= 1 and contradict < confirm
+
+    # -- status -------------------------------------------------------------------------
+
+    def status(self) -> ReplicaStatus:
+        replica = self.replica
+        stats = self._node.statistics() if self._node is not None else None
+        members: tuple[ProcessId, ...] = ()
+        quorum = None
+        if stats is not None and self._ring:
+            members = tuple(stats.members)
+            quorum = len(stats.core) > len(stats.members) // 2
+        elif stats is not None:
+            members = tuple(self.node_config.members)
+        waiting = stats.delivery_queue if stats is not None else 0
+        return ReplicaStatus(
+            ready=replica.ready,
+            caught_up=replica.ready and not waiting,
+            applied=replica.applied,
+            cut=replica.cut,
+            digest=replica.digest.hex(),
+            members=members,
+            quorum=quorum,
+            snapshots_taken=self.snapshots_taken,
+            transfers=self.transfers,
+            transfer_failures=self.transfer_failures,
+        )
