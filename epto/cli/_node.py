@@ -24,7 +24,7 @@ A token-ring member excluded from the view exits with status 3 after printing
 ``excluded ID`` on standard error; a node that stops before its ``--expect``
 deliveries exits with status 4 and says how many it had.
 
-Size: one sub-command (about 440 lines): its options for both engines and
+Size: one sub-command (about 450 lines): its options for both engines and
 both transports, the configuration they build, the two run loops (trio and
 ZeroMQ) and the status file, which share the sink and the exit statuses.
 """
@@ -40,6 +40,11 @@ import sys
 import threading
 import time
 from typing import Any, TextIO
+
+from .._defaults import DEFAULT_CLOCK, DEFAULT_ROUND_INTERVAL
+
+_SECONDS = f"seconds (default {DEFAULT_ROUND_INTERVAL:g}, as NodeConfig)"
+_CLOCK = f"default {DEFAULT_CLOCK}, as NodeConfig and epto params"
 
 EXIT_EXCLUDED = 3
 """Exit status of a token-ring member excluded from the view."""
@@ -101,10 +106,10 @@ def register(sub: Any) -> None:
         metavar="ID=HOST:PORT",
         help="a member of the group (repeat for each)",
     )
-    p.add_argument("--round-interval", type=float, default=0.05, help="seconds (default 0.05)")
+    p.add_argument("--round-interval", type=float, default=DEFAULT_ROUND_INTERVAL, help=_SECONDS)
     p.add_argument("--fanout", type=int, help="K (default: derived from the group size)")
     p.add_argument("--ttl", type=int, help="TTL (default: derived from the group size)")
-    p.add_argument("--clock", choices=("logical", "global"), default="logical")
+    p.add_argument("--clock", choices=("logical", "global"), default=DEFAULT_CLOCK, help=_CLOCK)
     p.add_argument("--tagged", action="store_true", help="deliver late events tagged")
     p.add_argument("--seed", type=int, help="seed of the peer choices")
     p.add_argument("--stdin", action="store_true", help="broadcast each line of stdin")

@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any, cast
 
+from .._defaults import DEFAULT_C, DEFAULT_CLOCK
+
 
 def _positive_int(text: str) -> int:
     value = int(text)
@@ -81,10 +83,17 @@ def register(sub: Any) -> None:
         help="atoms: Zipf-sized groups over the processes (default 8)",
     )
     e.add_argument("--k", type=_positive_int, default=None, help="token ring: resiliency k")
-    e.add_argument("--clock", choices=("logical", "global"), default="logical")
+    e.add_argument(
+        "--clock",
+        choices=("logical", "global"),
+        default=DEFAULT_CLOCK,
+        help=f"EpTO's clock (default {DEFAULT_CLOCK}, as epto node and epto params)",
+    )
     e.add_argument("--fanout", type=_positive_int, default=None, help="default: epto params")
     e.add_argument("--ttl", type=_positive_int, default=None, help="default: epto params")
-    e.add_argument("--c", type=float, default=2.0, help="safety constant of the TTL (> 1)")
+    e.add_argument(
+        "--c", type=float, default=DEFAULT_C, help="safety constant of the TTL (> 1, default 2)"
+    )
     e.add_argument("--ordering", choices=("strict", "paper"), default="strict")
     e.add_argument("--tagged", action="store_true", help="tagged out-of-order delivery")
     e.add_argument(
