@@ -24,15 +24,15 @@ A token-ring member excluded from the view exits with status 3 after printing
 ``excluded ID`` on standard error; a node that stops before its ``--expect``
 deliveries exits with status 4 and says how many it had.
 
-Size: one sub-command (about 450 lines): its options for both engines and
+Size: one sub-command (about 420 lines): its options for both engines and
 both transports, the configuration they build, the two run loops (trio and
-ZeroMQ) and the status file, which share the sink and the exit statuses.
+ZeroMQ) and the status file, which share the sink (in _sink.py) and the exit
+statuses.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import math
 import os
@@ -42,6 +42,7 @@ import time
 from typing import Any, TextIO
 
 from .._defaults import DEFAULT_CLOCK, DEFAULT_ROUND_INTERVAL
+from ._sink import Sink
 
 _SECONDS = f"seconds (default {DEFAULT_ROUND_INTERVAL:g}, as NodeConfig)"
 _CLOCK = f"default {DEFAULT_CLOCK}, as NodeConfig and epto params"
@@ -238,59 +239,26 @@ def _config(args: argparse.Namespace) -> Any:
     return config
 
 
-class _Sink:
-    """Where deliveries go: JSON lines, and the delivery log when asked."""
-
-    def __init__(self, args: argparse.Namespace, out: TextIO) -> None:
-        self.out = out
-        self.count = 0
-        """Deliveries written."""
-        self.log: Any = None
-        if args.log_dir:
-            from epto.log import DeliveryLogWriter
-
-            self.log = DeliveryLogWriter(args.log_dir, args.id)
-
-    def write(self, delivery: Any) -> None:
-        self.count += 1
-        print(_line(delivery), file=self.out, flush=True)
-        if self.log is not None:
-            from epto.log import micros
-
-            self.log.append(delivery, delivered_at=micros(time.time()))
-
-    def close(self) -> None:
-        if self.log is not None:
-            self.log.close()
-
-
-def _line(delivery: Any) -> str:
-    event = delivery.event
-    record: dict[str, Any] = {
-        "source": event.source,
-        "seq": event.seq,
-        "ts": event.ts,
-        "tag": delivery.tag.value,
-    }
-    try:
-        record["payload"] = event.payload.decode("utf-8")
-    except UnicodeDecodeError:
-        record["payload_b64"] = base64.b64encode(event.payload).decode("ascii")
-    return json.dumps(record)
-
-
 def run(args: argparse.Namespace) -> int:
     import epto
 
+    from ._files import check_paths, os_error_line
+
+    check_paths("epto node", args, new_files=("--output", "--status"), directories=("--log-dir",))
     try:
         config = _config(args)
         mode = config.resolved_mode()
-    except (epto.LocalProtocolError, OSError) as exc:
+    except epto.LocalProtocolError as exc:
         raise SystemExit(f"epto node: {exc}") from None
+    except OSError as exc:
+        raise SystemExit(f"epto node: {os_error_line(exc)}") from None
     if mode == "token-ring" and args.transport != "trio":
         raise SystemExit("epto node: the token ring runs on --transport trio (TCP)")
-    out: TextIO = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
-    sink = _Sink(args, out)
+    try:
+        out: TextIO = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+        sink = Sink(args, out)
+    except OSError as exc:
+        raise SystemExit(f"epto node: {os_error_line(exc)}") from None
     try:
         if args.transport == "trio":
             import trio
@@ -312,7 +280,7 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
-async def _run_trio(args: argparse.Namespace, config: Any, sink: _Sink) -> int:
+async def _run_trio(args: argparse.Namespace, config: Any, sink: Sink) -> int:
     import trio
 
     from epto.transports.trio_node import open_node
@@ -422,7 +390,7 @@ async def _write_status(node: Any, path: str, interval: float) -> None:
         await trio.sleep(interval)
 
 
-def _run_zmq(args: argparse.Namespace, config: Any, sink: _Sink) -> None:
+def _run_zmq(args: argparse.Namespace, config: Any, sink: Sink) -> None:
     from epto.transports.zmq_node import ZmqNode
 
     stdin_done = threading.Event()
