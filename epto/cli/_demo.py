@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from ._args import positive_float
+
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
@@ -33,7 +35,7 @@ def register(sub: Any) -> None:
     p.add_argument("--events", type=int, default=20, help="events each node broadcasts")
     p.add_argument(
         "--round-interval",
-        type=float,
+        type=positive_float,
         default=0.05,
         help="seconds (default 0.05, shorter than a node's 0.125 so that the demo ends sooner; "
         "the demo's nodes use the global clock, whose TTL is half the logical one's)",
@@ -42,19 +44,22 @@ def register(sub: Any) -> None:
     p.add_argument("--out", default="runs/demo", help="output directory (default runs/demo)")
     p.add_argument("--master", help="Spark master URL (default: local[2] in this process)")
     p.add_argument("--no-spark", action="store_true", help="skip the Spark analysis")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds for the cluster")
+    p.add_argument("--timeout", type=positive_float, default=120.0, help="seconds for the cluster")
     p.set_defaults(func=run)
 
 
 def _wait_ready(proc: subprocess.Popen[str], err_file: Path, deadline: float) -> None:
-    """Wait for the node's ``ready ID ADDRESS`` line on its standard error."""
+    """Wait for the node's ``ready ID ADDRESS`` line on its standard error;
+    exit with one line (the node's last) if it stops or is late."""
     while time.monotonic() < deadline:
-        if "ready " in err_file.read_text(errors="replace"):
+        said = err_file.read_text(errors="replace")
+        if "ready " in said:
             return
         if proc.poll() is not None:
-            raise RuntimeError(f"node exited before it was ready: {err_file.read_text()[-2000:]}")
+            last = (said.strip().splitlines() or ["(nothing)"])[-1]
+            raise SystemExit(f"epto demo: a node exited before it was ready: {last} ({err_file})")
         time.sleep(0.05)
-    raise TimeoutError(f"node was not ready in time; see {err_file}")
+    raise SystemExit(f"epto demo: a node was not ready in time; see {err_file}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -42,6 +42,7 @@ import time
 from typing import Any, TextIO
 
 from .._defaults import DEFAULT_CLOCK, DEFAULT_ROUND_INTERVAL
+from ._args import positive_float, positive_int
 from ._sink import Sink
 
 _SECONDS = f"seconds (default {DEFAULT_ROUND_INTERVAL:g}, as NodeConfig)"
@@ -108,8 +109,8 @@ def register(sub: Any) -> None:
         help="a member of the group (repeat for each)",
     )
     p.add_argument("--round-interval", type=float, default=DEFAULT_ROUND_INTERVAL, help=_SECONDS)
-    p.add_argument("--fanout", type=int, help="K (default: derived from the group size)")
-    p.add_argument("--ttl", type=int, help="TTL (default: derived from the group size)")
+    p.add_argument("--fanout", type=positive_int, help="K (default: derived from the group size)")
+    p.add_argument("--ttl", type=positive_int, help="TTL (default: derived from the group size)")
     p.add_argument("--clock", choices=("logical", "global"), default=DEFAULT_CLOCK, help=_CLOCK)
     p.add_argument("--tagged", action="store_true", help="deliver late events tagged")
     p.add_argument("--seed", type=int, help="seed of the peer choices")
@@ -117,10 +118,10 @@ def register(sub: Any) -> None:
     p.add_argument("--broadcast", action="append", default=[], metavar="TEXT")
     p.add_argument(
         "--expect",
-        type=int,
+        type=positive_int,
         help="stop after this many deliveries (exit status 4 if the node stops before)",
     )
-    p.add_argument("--duration", type=float, help="stop after this many seconds")
+    p.add_argument("--duration", type=positive_float, help="stop after this many seconds")
     p.add_argument("--output", help="write deliveries to this file (default: stdout)")
     p.add_argument("--flush-timeout", type=float, default=5.0)
     p.add_argument(
