@@ -7,6 +7,9 @@ exchange) is in :mod:`epto.wire`, for drivers. Other public modules:
 :mod:`epto.tokenring`, :mod:`epto.params`, :mod:`epto.keys`, :mod:`epto.check`,
 :mod:`epto.stability`, :mod:`epto.log`, :mod:`epto.spark`, :mod:`epto.transports`.
 Modules whose names start with an underscore are private.
+
+The token ring, sealing and signing names load on first use (``_LAZY``
+below), so that ``import epto`` stays cheap (docs/benchmarks.md#import-time).
 """
 
 # Engines and their configuration
@@ -44,16 +47,50 @@ from ._errors import LocalProtocolError as LocalProtocolError
 from ._errors import RemoteProtocolError as RemoteProtocolError
 
 # isort: split
-# Group encryption and event signatures (the crypto extra, when used); files: epto.keys
-from ._seal import GroupKey as GroupKey
-from ._signing import EventSigner as EventSigner
-from ._signing import SignatureVerifier as SignatureVerifier
-from ._signing import VerifierStatistics as VerifierStatistics
+import importlib as _importlib
+import typing as _typing
 
-# isort: split
-# Token-ring mode: moving sequencer with two-level membership (epto.tokenring)
-from .tokenring import TokenRingConfig as TokenRingConfig
-from .tokenring import TokenRingProcess as TokenRingProcess
+if _typing.TYPE_CHECKING:
+    # Group encryption and event signatures (the crypto extra, when used); files: epto.keys
+    from ._seal import GroupKey as GroupKey
+    from ._signing import EventSigner as EventSigner
+    from ._signing import SignatureVerifier as SignatureVerifier
+    from ._signing import VerifierStatistics as VerifierStatistics
+
+    # Token-ring mode: moving sequencer with two-level membership (epto.tokenring)
+    from .tokenring import TokenRingConfig as TokenRingConfig
+    from .tokenring import TokenRingProcess as TokenRingProcess
+
+# Names loaded on first use (PEP 562), so that ``import epto`` does not load
+# the token ring (half of its import time) or the sealing and signing code
+# an application may not use. The name maps to the module that defines it.
+_LAZY: dict[str, str] = {
+    "GroupKey": "._seal",
+    "EventSigner": "._signing",
+    "SignatureVerifier": "._signing",
+    "VerifierStatistics": "._signing",
+    "TokenRingConfig": ".tokenring",
+    "TokenRingProcess": ".tokenring",
+}
+# Submodules that ``import epto`` used to load, so ``epto.tokenring`` works
+# without ``import epto.tokenring`` as before.
+_LAZY_SUBMODULES = frozenset({"tokenring"})
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        value: object = getattr(_importlib.import_module(_LAZY[name], __name__), name)
+    elif name in _LAZY_SUBMODULES:
+        value = _importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0.dev0"
 

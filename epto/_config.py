@@ -8,6 +8,7 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
+from ._defaults import DEFAULT_C, DEFAULT_CLOCK, DEFAULT_ROUND_INTERVAL
 from ._errors import ConfigurationError
 
 _Validator: TypeAlias = Callable[[Any, "attrs.Attribute[Any]", Any], None]
@@ -55,13 +56,13 @@ class Config:
     """TTL: rounds an event is relayed; it is stable once its copy's ttl exceeds this."""
 
     round_interval: float = attrs.field(
-        default=0.125,
+        default=DEFAULT_ROUND_INTERVAL,
         validator=_positive_float("round_interval"),
     )
     """δ: time between two rounds."""
 
     clock: ClockKind = attrs.field(
-        default="logical",
+        default=DEFAULT_CLOCK,
         validator=_one_of("clock", ("logical", "global")),
     )
     """``"logical"`` (Alg. 4, no clock assumption) or ``"global"`` (Alg. 3).
@@ -118,8 +119,8 @@ class Config:
         cls,
         n: int,
         *,
-        c: float = 2.0,
-        clock: ClockKind = "logical",
+        c: float = DEFAULT_C,
+        clock: ClockKind = DEFAULT_CLOCK,
         churn: float = 0.0,
         loss: float = 0.0,
         drift: float = 1.0,

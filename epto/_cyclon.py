@@ -67,6 +67,7 @@ from typing import Any
 
 import attrs
 
+from ._defaults import DEFAULT_ROUND_INTERVAL
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._event import ProcessId
 from ._peer_messages import Leave, PeerDescriptor, PeerMessage, ShuffleReply, ShuffleRequest
@@ -111,7 +112,7 @@ class CyclonConfig:
     shuffle_length: int = attrs.field(default=8, validator=_positive_int)
     """l: entries exchanged per shuffle, the initiator's own descriptor included."""
 
-    shuffle_period: float = attrs.field(default=0.125, validator=_positive_float)
+    shuffle_period: float = attrs.field(default=DEFAULT_ROUND_INTERVAL, validator=_positive_float)
     """Time between two shuffles of one process, in the unit of ``now``.
     The default equals :attr:`Config.round_interval`'s: one shuffle per EpTO round."""
 

@@ -97,13 +97,18 @@ def _read(path: str | os.PathLike[str], *, secret: bool) -> bytes:
     is refused (checked on the opened file, so it cannot change in between)."""
     p = Path(path)
     fd = os.open(p, os.O_RDONLY)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise ConfigurationError(f"{p} is a directory, not a key file")
+        if secret and mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise ConfigurationError(
+                f"{p} is accessible by other users (mode {stat.filemode(mode)}); chmod 600 it"
+            )
+    except BaseException:
+        os.close(fd)
+        raise
     with os.fdopen(fd, "rb") as f:
-        if secret:
-            mode = os.fstat(f.fileno()).st_mode
-            if mode & (stat.S_IRWXG | stat.S_IRWXO):
-                raise ConfigurationError(
-                    f"{p} is accessible by other users (mode {stat.filemode(mode)}); chmod 600 it"
-                )
         data = f.read(_MAX_KEY_FILE + 1)
     if len(data) > _MAX_KEY_FILE:
         raise ConfigurationError(f"{p} is too large for a key file")

@@ -7,6 +7,7 @@ from typing import Literal
 
 import attrs
 
+from ._defaults import DEFAULT_C, DEFAULT_CLOCK
 from ._errors import ConfigurationError
 
 
@@ -44,8 +45,8 @@ def fanout_for(n: int, *, churn: float = 0.0, loss: float = 0.0) -> tuple[int, f
 def ttl_for(
     n: int,
     *,
-    c: float = 2.0,
-    clock: Literal["logical", "global"] = "global",
+    c: float = DEFAULT_C,
+    clock: Literal["logical", "global"] = DEFAULT_CLOCK,
     drift: float = 1.0,
     bounded_latency: bool = False,
 ) -> int:
@@ -71,8 +72,8 @@ def ttl_for(
 def derive_parameters(
     n: int,
     *,
-    c: float = 2.0,
-    clock: Literal["logical", "global"] = "global",
+    c: float = DEFAULT_C,
+    clock: Literal["logical", "global"] = DEFAULT_CLOCK,
     churn: float = 0.0,
     loss: float = 0.0,
     drift: float = 1.0,

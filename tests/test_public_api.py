@@ -188,6 +188,24 @@ EXPORTS: dict[str, frozenset[str]] = {
     "epto.optimistic": frozenset(
         {"OptimisticConfig", "Plan", "SetoDelays", "fast_seto", "optimal", "seto_steady_state"}
     ),
+    "epto.rsm": frozenset(
+        {
+            "EMPTY_DIGEST",
+            "Applied",
+            "CommandCodec",
+            "CommandFailed",
+            "JsonCodec",
+            "OrderKey",
+            "Replica",
+            "Snapshot",
+            "SnapshotStore",
+            "StateMachine",
+            "StoredSnapshot",
+            "chain",
+            "order_key",
+            "replicated",
+        }
+    ),
     "epto.transports": frozenset(
         {"DeliveryOverflowError", "Mode", "NodeConfig", "OverflowPolicy", "TransportStatistics"}
     ),
@@ -224,6 +242,7 @@ PUBLIC_SUBMODULES: dict[str, frozenset[str]] = {
             "log",
             "optimistic",
             "params",
+            "rsm",
             "spark",
             "stability",
             "tokenring",
@@ -233,7 +252,16 @@ PUBLIC_SUBMODULES: dict[str, frozenset[str]] = {
     ),
     "epto.tokenring": frozenset({"simulation"}),
     "epto.transports": frozenset(
-        {"memory", "simulation", "trio_atoms", "trio_node", "trio_tcp", "trio_udp", "zmq_node"}
+        {
+            "memory",
+            "simulation",
+            "trio_atoms",
+            "trio_node",
+            "trio_rsm",
+            "trio_tcp",
+            "trio_udp",
+            "zmq_node",
+        }
     ),
 }
 
@@ -243,6 +271,9 @@ NODE_MODULES: dict[str, frozenset[str]] = {
     "epto.transports.memory": frozenset({"MemoryHub", "MemoryNode"}),
     "epto.transports.trio_udp": frozenset({"TrioNode"}),
     "epto.transports.trio_atoms": frozenset({"AtomsNode"}),
+    "epto.transports.trio_rsm": frozenset(
+        {"CommandFailedError", "ReplicaConfig", "ReplicaStatus", "ReplicatedNode"}
+    ),
     "epto.transports.trio_tcp": frozenset(
         {
             "MemberExcludedError",

@@ -44,95 +44,29 @@ import functools
 import math
 import shutil
 import time
-from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-import attrs
 import trio
 
-from epto import ConfigurationError, Delivery, EptoError, Event, EventId, ProcessId
+from epto import ConfigurationError, Delivery, Event, EventId, ProcessId
 from epto.endpoint import Address, NodeConfig, parse_host_port
 from epto.log import DeliveryLogWriter, log_bounds, micros, read_log
 from epto.rsm import (
-    CommandCodec,
     CommandFailed,
-    JsonCodec,
-    OrderKey,
     Replica,
     Snapshot,
     SnapshotStore,
     StateMachine,
 )
 
+from ._trio.rsm_config import CommandFailedError, ReplicaConfig, ReplicaStatus
 from ._trio.rsm_transfer import TransferError, TransferServer, fetch_digest, fetch_snapshot
 from .trio_node import open_node
 
 __all__ = ["CommandFailedError", "ReplicaConfig", "ReplicaStatus", "ReplicatedNode"]
-
-
-class CommandFailedError(EptoError):
-    """A command raised at every replica; ``error`` is the exception's type name."""
-
-    def __init__(self, failed: CommandFailed) -> None:
-        super().__init__(f"{failed.error}: {failed.message}")
-        self.error = failed.error
-        self.message = failed.message
-
-
-@attrs.frozen(kw_only=True)
-class ReplicaConfig:
-    """How a :class:`ReplicatedNode` keeps, shares and fetches its state."""
-
-    data_dir: str | None = None
-    """Delivery log and snapshots here (None: in memory only)."""
-    snapshot_every: int = 5000
-    """Take a snapshot after this many commands (0: never by count)."""
-    snapshot_interval: float = 300.0
-    """... or after this many seconds with at least one command (inf: never by time)."""
-    keep: int = 2
-    """Snapshots kept on disk."""
-    transfer_bind: Address = "127.0.0.1:0"
-    """Where this replica serves its state to newcomers (TCP)."""
-    peers: Mapping[ProcessId, Address] = attrs.field(factory=dict)
-    """Other replicas' transfer addresses (a newcomer fetches from them)."""
-    joining: bool = False
-    """Start empty and fetch the state from ``peers`` (a late joiner)."""
-    join_settle: float | None = None
-    """EpTO: seconds a newcomer waits before fetching (None: 2 x (TTL + 2) rounds)."""
-    transfer_timeout: float = 60.0
-    max_snapshot_bytes: int = 1 << 30
-    max_buffer: int = 1_000_000
-    """Deliveries a joining replica buffers at most."""
-    codec: CommandCodec = attrs.field(factory=JsonCodec)
-
-    def __attrs_post_init__(self) -> None:
-        if self.snapshot_every < 0 or self.keep < 1 or self.max_snapshot_bytes < 1:
-            raise ConfigurationError("ReplicaConfig: snapshot_every >= 0, keep >= 1")
-        parse_host_port(self.transfer_bind)
-        for address in self.peers.values():
-            parse_host_port(address)
-
-
-@attrs.frozen(kw_only=True)
-class ReplicaStatus:
-    ready: bool
-    """The state is the group's (a newcomer: after its transfer)."""
-    caught_up: bool
-    """Ready, and nothing delivered waits to be applied."""
-    applied: int
-    cut: OrderKey | None
-    digest: str
-    members: tuple[ProcessId, ...]
-    quorum: bool | None
-    """Token ring: whether the core holds a majority of the view's members
-    (deliveries progress); None for EpTO."""
-    snapshots_taken: int
-    transfers: int
-    """States fetched (joining, or after a hole)."""
-    transfer_failures: int
 
 
 class ReplicatedNode:

@@ -17,14 +17,16 @@ import statistics
 from collections.abc import Iterator
 
 from .._cyclon import Cyclon, CyclonConfig
+from .._errors import ConfigurationError
 from .._peer_messages import PeerDescriptor, ShuffleReply, ShuffleRequest
+from ..cli._args import positive_int
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-n", type=int, default=1000, help="processes (default 1000)")
-    p.add_argument("--view-size", type=int, default=CyclonConfig().view_size)
-    p.add_argument("--shuffle-length", type=int, default=CyclonConfig().shuffle_length)
-    p.add_argument("--warmup", type=int, default=100, help="periods before measuring")
+    p.add_argument("-n", type=positive_int, default=1000, help="processes (default 1000)")
+    p.add_argument("--view-size", type=positive_int, default=CyclonConfig().view_size)
+    p.add_argument("--shuffle-length", type=positive_int, default=CyclonConfig().shuffle_length)
+    p.add_argument("--warmup", type=positive_int, default=100, help="periods before measuring")
     p.add_argument("--churn", type=float, default=0.01, help="fraction replaced per period")
     p.add_argument("--churn-periods", type=int, default=10)
     p.add_argument("--seed", type=int, default=1)
@@ -158,6 +160,8 @@ def measure(args: argparse.Namespace) -> Iterator[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.n < 2:
+        raise ConfigurationError(f"-n must be at least 2 processes, got {args.n}")
     for line in measure(args):
         print(line, flush=True)
     return 0

@@ -459,6 +459,10 @@ def _measure(system: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.commands < 1:
+        from epto import ConfigurationError
+
+        raise ConfigurationError(f"--commands must be at least 1, got {args.commands}")
     protocol = _protocol(args)
     floor = protocol.ttl * protocol.round_interval
     print(

@@ -15,15 +15,18 @@ from typing import Any
 from .._codec import FrameCodec
 from .._event import Event
 from .._limits import Limits
+from ..cli._args import non_negative_int, positive_int
 
 GROUP = 7
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--payload", type=int, default=100, help="payload bytes per event")
+    parser.add_argument(
+        "--payload", type=non_negative_int, default=100, help="payload bytes per event"
+    )
     parser.add_argument(
         "--events",
-        type=int,
+        type=positive_int,
         nargs="+",
         default=[10, 40, 200],
         help="events per ball (several values)",

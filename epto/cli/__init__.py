@@ -4,6 +4,8 @@ Every sub-command lives in its own module ``epto.cli._<name>`` that exposes
 ``register(subparsers)``; it adds its parser and sets ``func`` to a callable
 taking the parsed arguments and returning the exit status. Heavy imports
 (Spark, trio, zmq) happen inside ``func`` so that ``epto --help`` stays fast.
+A wrong option is reported in one line (``epto simulate: error: ... (see
+'epto simulate --help')``), not after a usage message of twenty lines.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
 # One line per sub-command module; order is the order of ``epto --help``.
 _COMMANDS = (
@@ -26,8 +29,16 @@ _COMMANDS = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line that points to ``--help``
+    (sub-command parsers are of the same class)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="epto",
         description="Total-order broadcast: simulate, run, check and analyse EpTO groups.",
     )
@@ -38,13 +49,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _subparser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
+    """The parser of the innermost sub-command ``args`` were parsed for
+    (``epto bench core``: the parser of ``core``)."""
+    while True:
+        choices: dict[str, argparse.ArgumentParser] = {}
+        name = None
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                choices, name = action.choices, getattr(args, action.dest, None)
+        if name not in choices:
+            return parser
+        parser = choices[name]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # Said by the sub-command's parser, which knows the options it lacks.
+        _subparser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
+    from epto import ConfigurationError
+
     try:
         status: int = args.func(args)
     except KeyboardInterrupt:
         return 130
+    except ConfigurationError as exc:
+        # A value out of range that the command did not catch itself (a
+        # benchmark's group of one process, say): one line, like the parser's.
+        print(f"{_subparser(parser, args).prog}: {exc}", file=sys.stderr)
+        return 2
     return status
 
 

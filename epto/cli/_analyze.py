@@ -30,6 +30,15 @@ def run(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.logdir):
         print(f"epto analyze: {args.logdir} is not a directory", file=sys.stderr)
         return 2
+    from epto.log import list_nodes
+
+    if not list_nodes(args.logdir):
+        # Nothing to judge is not a verdict (as epto check), and Spark need not start.
+        print(
+            f"epto analyze: no delivery logs in {args.logdir} (one sub-directory per node)",
+            file=sys.stderr,
+        )
+        return 2
     from epto.spark._analyze import analyze, main_text
 
     result = analyze(args.logdir, master=args.master, out=args.out)

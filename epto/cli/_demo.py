@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from ._args import positive_float
+
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
@@ -31,24 +33,33 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--nodes", type=int, default=5, help="processes in the cluster (default 5)")
     p.add_argument("--events", type=int, default=20, help="events each node broadcasts")
-    p.add_argument("--round-interval", type=float, default=0.05, help="seconds (default 0.05)")
+    p.add_argument(
+        "--round-interval",
+        type=positive_float,
+        default=0.05,
+        help="seconds (default 0.05, shorter than a node's 0.125 so that the demo ends sooner; "
+        "the demo's nodes use the global clock, whose TTL is half the logical one's)",
+    )
     p.add_argument("--transport", choices=("trio", "zmq"), default="trio")
     p.add_argument("--out", default="runs/demo", help="output directory (default runs/demo)")
     p.add_argument("--master", help="Spark master URL (default: local[2] in this process)")
     p.add_argument("--no-spark", action="store_true", help="skip the Spark analysis")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds for the cluster")
+    p.add_argument("--timeout", type=positive_float, default=120.0, help="seconds for the cluster")
     p.set_defaults(func=run)
 
 
 def _wait_ready(proc: subprocess.Popen[str], err_file: Path, deadline: float) -> None:
-    """Wait for the node's ``ready ID ADDRESS`` line on its standard error."""
+    """Wait for the node's ``ready ID ADDRESS`` line on its standard error;
+    exit with one line (the node's last) if it stops or is late."""
     while time.monotonic() < deadline:
-        if "ready " in err_file.read_text(errors="replace"):
+        said = err_file.read_text(errors="replace")
+        if "ready " in said:
             return
         if proc.poll() is not None:
-            raise RuntimeError(f"node exited before it was ready: {err_file.read_text()[-2000:]}")
+            last = (said.strip().splitlines() or ["(nothing)"])[-1]
+            raise SystemExit(f"epto demo: a node exited before it was ready: {last} ({err_file})")
         time.sleep(0.05)
-    raise TimeoutError(f"node was not ready in time; see {err_file}")
+    raise SystemExit(f"epto demo: a node was not ready in time; see {err_file}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     expected = n * args.events
     print(
         f"== cluster: {n} nodes ({args.transport}, 127.0.0.1), {args.events} events each, "
-        f"round {args.round_interval * 1000:g} ms, sealed frames"
+        f"round {args.round_interval * 1000:g} ms, global clock, sealed frames"
     )
     started = time.monotonic()
     deadline = started + args.timeout

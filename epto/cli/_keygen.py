@@ -46,7 +46,9 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from .. import keys
     from .._errors import ConfigurationError
+    from ._files import check_paths, os_error_line
 
+    check_paths("epto keygen", args, new_files=("path",))
     try:
         if args.what == "group":
             key = keys.generate_group_key(args.key_id, args.cipher)
@@ -66,7 +68,10 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    except (ConfigurationError, OSError) as exc:
+    except ConfigurationError as exc:
         print(f"epto keygen: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"epto keygen: {os_error_line(exc)}", file=sys.stderr)
         return 1
     return 0

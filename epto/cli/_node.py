@@ -24,15 +24,15 @@ A token-ring member excluded from the view exits with status 3 after printing
 ``excluded ID`` on standard error; a node that stops before its ``--expect``
 deliveries exits with status 4 and says how many it had.
 
-Size: one sub-command (about 440 lines): its options for both engines and
+Size: one sub-command (about 420 lines): its options for both engines and
 both transports, the configuration they build, the two run loops (trio and
-ZeroMQ) and the status file, which share the sink and the exit statuses.
+ZeroMQ) and the status file, which share the sink (in _sink.py) and the exit
+statuses.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import math
 import os
@@ -40,6 +40,13 @@ import sys
 import threading
 import time
 from typing import Any, TextIO
+
+from .._defaults import DEFAULT_CLOCK, DEFAULT_ROUND_INTERVAL
+from ._args import positive_float, positive_int
+from ._sink import Sink
+
+_SECONDS = f"seconds (default {DEFAULT_ROUND_INTERVAL:g}, as NodeConfig)"
+_CLOCK = f"default {DEFAULT_CLOCK}, as NodeConfig and epto params"
 
 EXIT_EXCLUDED = 3
 """Exit status of a token-ring member excluded from the view."""
@@ -107,21 +114,21 @@ def register(sub: Any) -> None:
         metavar="ID=HOST:PORT",
         help="a member of the group (repeat for each)",
     )
-    p.add_argument("--round-interval", type=float, default=0.05, help="seconds (default 0.05)")
-    p.add_argument("--fanout", type=int, help="K (default: derived from the group size)")
-    p.add_argument("--ttl", type=int, help="TTL (default: derived from the group size)")
-    p.add_argument("--clock", choices=("logical", "global"), default="logical")
+    p.add_argument("--round-interval", type=float, default=DEFAULT_ROUND_INTERVAL, help=_SECONDS)
+    p.add_argument("--fanout", type=positive_int, help="K (default: derived from the group size)")
+    p.add_argument("--ttl", type=positive_int, help="TTL (default: derived from the group size)")
+    p.add_argument("--clock", choices=("logical", "global"), default=DEFAULT_CLOCK, help=_CLOCK)
     p.add_argument("--tagged", action="store_true", help="deliver late events tagged")
     p.add_argument("--seed", type=int, help="seed of the peer choices")
     p.add_argument("--stdin", action="store_true", help="broadcast each line of stdin")
     p.add_argument("--broadcast", action="append", default=[], metavar="TEXT")
     p.add_argument(
         "--expect",
-        type=int,
+        type=positive_int,
         help="stop after this many deliveries (final ones with --optimistic; exit status 4 "
         "if the node stops before)",
     )
-    p.add_argument("--duration", type=float, help="stop after this many seconds")
+    p.add_argument("--duration", type=positive_float, help="stop after this many seconds")
     p.add_argument("--output", help="write deliveries to this file (default: stdout)")
     p.add_argument("--flush-timeout", type=float, default=5.0)
     p.add_argument(
@@ -244,63 +251,26 @@ def _config(args: argparse.Namespace) -> Any:
     return config
 
 
-class _Sink:
-    """Where deliveries go: JSON lines, and the delivery log when asked."""
-
-    def __init__(self, args: argparse.Namespace, out: TextIO) -> None:
-        self.out = out
-        self.count = 0
-        """Deliveries written."""
-        self.log: Any = None
-        if args.log_dir:
-            from epto.log import DeliveryLogWriter
-
-            self.log = DeliveryLogWriter(args.log_dir, args.id)
-
-    def write(self, delivery: Any) -> None:
-        print(_line(delivery), file=self.out, flush=True)
-        if delivery.tag.value == "optimistic":
-            return  # its final delivery is the one counted and logged
-        self.count += 1
-        if self.log is not None:
-            from epto.log import micros
-
-            self.log.append(delivery, delivered_at=micros(time.time()))
-
-    def close(self) -> None:
-        if self.log is not None:
-            self.log.close()
-
-
-def _line(delivery: Any) -> str:
-    event = delivery.event
-    record: dict[str, Any] = {
-        "source": event.source,
-        "seq": event.seq,
-        "ts": event.ts,
-        "tag": delivery.tag.value,
-    }
-    if delivery.reordered:
-        record["reordered"] = True
-    try:
-        record["payload"] = event.payload.decode("utf-8")
-    except UnicodeDecodeError:
-        record["payload_b64"] = base64.b64encode(event.payload).decode("ascii")
-    return json.dumps(record)
-
-
 def run(args: argparse.Namespace) -> int:
     import epto
 
+    from ._files import check_paths, os_error_line
+
+    check_paths("epto node", args, new_files=("--output", "--status"), directories=("--log-dir",))
     try:
         config = _config(args)
         mode = config.resolved_mode()
-    except (epto.LocalProtocolError, OSError) as exc:
+    except epto.LocalProtocolError as exc:
         raise SystemExit(f"epto node: {exc}") from None
+    except OSError as exc:
+        raise SystemExit(f"epto node: {os_error_line(exc)}") from None
     if mode == "token-ring" and args.transport != "trio":
         raise SystemExit("epto node: the token ring runs on --transport trio (TCP)")
-    out: TextIO = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
-    sink = _Sink(args, out)
+    try:
+        out: TextIO = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+        sink = Sink(args, out)
+    except OSError as exc:
+        raise SystemExit(f"epto node: {os_error_line(exc)}") from None
     try:
         if args.transport == "trio":
             import trio
@@ -322,7 +292,7 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
-async def _run_trio(args: argparse.Namespace, config: Any, sink: _Sink) -> int:
+async def _run_trio(args: argparse.Namespace, config: Any, sink: Sink) -> int:
     import trio
 
     from epto.transports.trio_node import open_node
@@ -430,7 +400,7 @@ async def _write_status(node: Any, path: str, interval: float) -> None:
         await trio.sleep(interval)
 
 
-def _run_zmq(args: argparse.Namespace, config: Any, sink: _Sink) -> None:
+def _run_zmq(args: argparse.Namespace, config: Any, sink: Sink) -> None:
     from epto.transports.zmq_node import ZmqNode
 
     stdin_done = threading.Event()

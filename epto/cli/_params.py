@@ -8,6 +8,8 @@ import math
 import sys
 from typing import Any
 
+from .._defaults import DEFAULT_C, DEFAULT_CLOCK
+
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
@@ -16,8 +18,15 @@ def register(sub: Any) -> None:
         description="Fanout K and TTL for a group of N processes (EpTO paper, Lemmas 3-7).",
     )
     p.add_argument("--n", type=int, required=True, help="number of processes")
-    p.add_argument("--c", type=float, default=2.0, help="safety constant, > 1 (default 2)")
-    p.add_argument("--clock", choices=("logical", "global"), default="global")
+    p.add_argument(
+        "--c", type=float, default=DEFAULT_C, help=f"safety constant, > 1 (default {DEFAULT_C:g})"
+    )
+    p.add_argument(
+        "--clock",
+        choices=("logical", "global"),
+        default=DEFAULT_CLOCK,
+        help=f"EpTO's clock (default {DEFAULT_CLOCK}, as epto node and epto.Config)",
+    )
     p.add_argument("--churn", type=float, default=0.0, help="processes replaced per round")
     p.add_argument("--loss", type=float, default=0.0, help="message loss rate in [0, 1)")
     p.add_argument("--drift", type=float, default=1.0, help="ratio of longest to shortest round")

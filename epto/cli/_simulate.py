@@ -14,12 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any, cast
 
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
+from .._defaults import DEFAULT_C, DEFAULT_CLOCK
+from ._args import positive_int
 
 
 def register(sub: Any) -> None:
@@ -48,8 +44,10 @@ def register(sub: Any) -> None:
         ),
     )
     g = p.add_argument_group("group and workload")
-    g.add_argument("--processes", "-n", type=_positive_int, default=100)
-    g.add_argument("--rounds", type=_positive_int, default=60, help="broadcasting rounds")
+    g.add_argument(
+        "--processes", "-n", "--n", type=positive_int, default=100, help="N (as epto params --n)"
+    )
+    g.add_argument("--rounds", type=positive_int, default=60, help="broadcasting rounds")
     g.add_argument(
         "--broadcast-rate",
         type=float,
@@ -76,11 +74,11 @@ def register(sub: Any) -> None:
     )
     e.add_argument(
         "--groups",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="atoms: Zipf-sized groups over the processes (default 8)",
     )
-    e.add_argument("--k", type=_positive_int, default=None, help="token ring: resiliency k")
+    e.add_argument("--k", type=positive_int, default=None, help="token ring: resiliency k")
     e.add_argument(
         "--optimistic",
         choices=("optimal", "fast-seto", "seto", "none"),
@@ -88,10 +86,17 @@ def register(sub: Any) -> None:
         help="token ring: deliver optimistically too, with delays from this planner "
         "(docs/optimistic.md); reports how often the optimistic order was the final one",
     )
-    e.add_argument("--clock", choices=("logical", "global"), default="logical")
-    e.add_argument("--fanout", type=_positive_int, default=None, help="default: epto params")
-    e.add_argument("--ttl", type=_positive_int, default=None, help="default: epto params")
-    e.add_argument("--c", type=float, default=2.0, help="safety constant of the TTL (> 1)")
+    e.add_argument(
+        "--clock",
+        choices=("logical", "global"),
+        default=DEFAULT_CLOCK,
+        help=f"EpTO's clock (default {DEFAULT_CLOCK}, as epto node and epto params)",
+    )
+    e.add_argument("--fanout", type=positive_int, default=None, help="default: epto params")
+    e.add_argument("--ttl", type=positive_int, default=None, help="default: epto params")
+    e.add_argument(
+        "--c", type=float, default=DEFAULT_C, help="safety constant of the TTL (> 1, default 2)"
+    )
     e.add_argument("--ordering", choices=("strict", "paper"), default="strict")
     e.add_argument("--tagged", action="store_true", help="tagged out-of-order delivery")
     e.add_argument(
@@ -182,7 +187,7 @@ def register(sub: Any) -> None:
     )
     n.add_argument(
         "--max-items-per-instant",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="stall bound: more queue items than this at one instant of virtual time "
         "stop the run as stalled (exit 3); default 1,000,000 or 1,000 per process, "
@@ -203,9 +208,9 @@ def register(sub: Any) -> None:
         help="full: every process knows the membership; cyclon: partial views kept by "
         "Cyclon shuffles, newcomers join through a random live process (default full)",
     )
-    s.add_argument("--view-size", type=_positive_int, default=50, help="Cyclon view (50)")
+    s.add_argument("--view-size", type=positive_int, default=50, help="Cyclon view (50)")
     s.add_argument(
-        "--shuffle-length", type=_positive_int, default=8, help="Cyclon entries per shuffle (8)"
+        "--shuffle-length", type=positive_int, default=8, help="Cyclon entries per shuffle (8)"
     )
     s.add_argument(
         "--shuffle-period",
@@ -215,7 +220,7 @@ def register(sub: Any) -> None:
     )
     s.add_argument(
         "--pss-seeds",
-        type=_positive_int,
+        type=positive_int,
         default=3,
         help="Cyclon: live processes a newcomer joins through (3)",
     )

@@ -15,6 +15,7 @@ import attrs
 from .._codec import FrameCodec
 from .._config import Config
 from .._cyclon import CyclonConfig
+from .._defaults import DEFAULT_CLOCK, DEFAULT_ROUND_INTERVAL
 from .._errors import ConfigurationError, LocalProtocolError
 from .._event import ProcessId
 from .._limits import Limits
@@ -88,9 +89,9 @@ class NodeConfig:
     epto: Config | None = None
     group_size: int | None = None
     """Expected group size for derived parameters (default: the members given)."""
-    round_interval: float = 0.125
+    round_interval: float = DEFAULT_ROUND_INTERVAL
     """Seconds between rounds when ``epto`` is None."""
-    clock: Literal["logical", "global"] = "logical"
+    clock: Literal["logical", "global"] = DEFAULT_CLOCK
     """Used when ``epto`` is None. The global clock reads wall time (see docs)."""
     tagged_delivery: bool = False
     """Used when ``epto`` is None: deliver late events tagged OUT_OF_ORDER."""

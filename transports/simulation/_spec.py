@@ -8,6 +8,7 @@ from typing import Any, Literal
 import attrs
 
 from epto import Config, ConfigurationError, CyclonConfig
+from epto._defaults import DEFAULT_C, DEFAULT_CLOCK
 from epto.optimistic import OptimisticConfig
 from epto.tokenring import TokenRingConfig
 
@@ -32,12 +33,12 @@ class SimulationSpec:
     """Probability that a process broadcasts in a round (ignored with ``events``)."""
     events: int | None = None
     """A fixed number of events, at uniformly random times and sources."""
-    clock: Literal["logical", "global"] = "logical"
+    clock: Literal["logical", "global"] = DEFAULT_CLOCK
     fanout: int | None = None
     """``None``: from :func:`epto.params.derive_parameters`."""
     ttl: int | None = None
     """``None``: from :func:`epto.params.derive_parameters`."""
-    c: float = 2.0
+    c: float = DEFAULT_C
     round_interval: float = 125.0
     drift: float = 0.01
     """Each process's round length is uniform in ``[δ(1-d), δ(1+d)]``."""

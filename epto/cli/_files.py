@@ -1,0 +1,60 @@
+"""Checks of the files and directories a command is given, made before it
+starts, so that a path that cannot work is refused in one line rather than
+in a traceback once the command is running."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+
+def new_file_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why the file ``path`` cannot be created or replaced, or None when it
+    can be tried."""
+    p = Path(path)
+    if p.is_dir():
+        return f"{p} is a directory"
+    parent = p.parent
+    if not parent.exists():
+        return f"{p}: no such directory: {parent}"
+    if not parent.is_dir():
+        return f"{p}: {parent} is not a directory"
+    return None
+
+
+def directory_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` cannot be used (or created) as a directory, or None."""
+    p = Path(path)
+    for ancestor in (p, *p.parents):
+        if ancestor.exists():
+            return None if ancestor.is_dir() else f"{p}: {ancestor} is not a directory"
+    return None
+
+
+def check_paths(
+    command: str,
+    args: argparse.Namespace,
+    *,
+    new_files: Iterable[str] = (),
+    directories: Iterable[str] = (),
+) -> None:
+    """Exit with ``command: [option] problem`` for the first path given that
+    cannot work. Options are named as on the command line (``--log-dir``,
+    whose ``dest`` is ``log_dir``); a positional argument by its ``dest``."""
+    checks = [(name, new_file_problem) for name in new_files]
+    checks += [(name, directory_problem) for name in directories]
+    for name, check in checks:
+        path = getattr(args, name.lstrip("-").replace("-", "_"))
+        problem = check(path) if path is not None else None
+        if problem is not None:
+            option = f"{name} " if name.startswith("-") else ""
+            raise SystemExit(f"{command}: {option}{problem}")
+
+
+def os_error_line(exc: OSError) -> str:
+    """An ``OSError`` as ``path: reason``, without the ``[Errno N]``."""
+    if isinstance(exc.filename, str | bytes) and exc.strerror:
+        return f"{os.fsdecode(exc.filename)}: {exc.strerror}"
+    return exc.strerror or str(exc)
