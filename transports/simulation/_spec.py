@@ -145,11 +145,12 @@ class SimulationSpec:
             self._validate_atoms()
         if self.k is not None and (not isinstance(self.k, int) or self.k < 1):
             raise ConfigurationError(f"k must be a positive integer, got {self.k!r}")
+        ring = self.mode == "token-ring"
         if self.optimistic is not None:
-            if self.mode != "token-ring":
+            if not ring:
                 raise ConfigurationError("optimistic delivery needs mode 'token-ring'")
             OptimisticConfig(planner=self.optimistic)  # type: ignore[arg-type]
-        if self.mode == "token-ring" and self.pss != "full":
+        if ring and self.pss != "full":
             raise ConfigurationError("a token ring has no peer sampling: pss must be 'full'")
         _check_range("partition", self.partition, 0, 1)
         bound = self.max_items_per_instant
