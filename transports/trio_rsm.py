@@ -315,6 +315,11 @@ class ReplicatedNode:
         return False
 
     async def _confirmed(self, snapshot: Snapshot, others: list[Address]) -> bool:
+        """Whether another replica confirms ``snapshot``'s digest at its cut
+        and fewer contradict it than confirm it (with no other replica to ask,
+        the provider's word is taken)."""
+        if not others:
+            return True
         confirm = contradict = 0
         for address in others:
             try:
@@ -329,7 +334,7 @@ class ReplicatedNode:
                 confirm += 1
             else:
                 contradict += 1
-            if confirm > contradict and confirm >= 1 and confirm + contradict >= 1:
+            if confirm > contradict:
                 break
         return confirm >= 1 and contradict < confirm
 
