@@ -180,6 +180,21 @@ class Process:
         self._broadcasts += 1
         return (self.pid, seq)
 
+    def advance_clock(self, ts: int) -> None:
+        """Move the clock to at least ``ts``: the application learned that the
+        group's order reached ``ts`` (a restored snapshot's cut, epto.rsm).
+
+        A process that joins an idle group sees no timestamp to move its
+        logical clock, so its first events would carry timestamps the others
+        delivered past long ago, and strict ordering drops them. After this,
+        its events come after ``ts`` and it accepts timestamps up to ``ts``
+        plus the usual bound. Only the local caller moves the clock this way;
+        what peers claim stays bounded (:meth:`ts_ceiling`)."""
+        if not isinstance(ts, int) or not 0 <= ts <= U64_MAX // 2:
+            raise LocalProtocolError(f"timestamp {ts!r} out of range")
+        self._clock = max(self._clock, ts)
+        self._clock_base = max(self._clock_base, ts)
+
     def receive(self, sender: ProcessId, ball: Ball, now: float) -> None:
         """Upon receive BALL: relay copies whose ttl is below TTL, keeping the
         larger ttl, and move the clock past every timestamp seen.

@@ -1,19 +1,30 @@
-"""A replicated key-value store on EpTO: every replica applies the same
-commands in the same order, so every replica holds the same data.
+"""A replicated key-value store on epto's state-machine layer: every replica
+applies the same commands in the same order, and a replica that joins late
+fetches the current state from the others before it serves.
 
-Run one replica per process (over UDP with trio)::
+Run one replica per process (EpTO over UDP by default; ``--mode token-ring``
+runs the token ring over TCP)::
 
-    python examples/kv_store.py --id 1 --bind 127.0.0.1:9001 \\
-        --peer 2=127.0.0.1:9002 --peer 3=127.0.0.1:9003
+    python examples/kv_store.py --id 1 --bind 127.0.0.1:9001 --transfer 127.0.0.1:9101 \\
+        --peer 2=127.0.0.1:9002 --peer 3=127.0.0.1:9003 \\
+        --peer-transfer 2=127.0.0.1:9102 --peer-transfer 3=127.0.0.1:9103
 
-then type commands on its standard input:
+A replica started later with ``--join`` (and the others' ``--peer-transfer``
+addresses) starts empty, fetches a snapshot from one replica, checks its
+digest with another, and replays what it delivered meanwhile. In token-ring
+mode a late joiner is a new identity: give it ``--contact ID=HOST:PORT``
+(a running member) instead of ``--peer``. With ``--data-dir`` a replica keeps
+its delivery log and snapshots there and recovers them when restarted.
+
+Then type commands on its standard input:
 
     set KEY VALUE          replicate: KEY := VALUE
     del KEY                replicate: remove KEY
     cas KEY EXPECTED NEW   replicate: KEY := NEW if KEY == EXPECTED ("-" = absent)
     get KEY                local read: prints ``value KEY VALUE`` or ``missing KEY``
     dump                   local read: prints ``state {...}`` (applied count, data, digest)
-    quit                   flush this replica's commands and stop
+    status                 prints ``status {...}`` (ready, cut, digest, transfers, ...)
+    quit                   stop
 
 Writes are broadcast and take effect when delivered (a write is not visible
 locally before it is ordered, which is what keeps compare-and-set consistent:
@@ -29,60 +40,59 @@ import json
 import sys
 from typing import Any
 
+import attrs
 import trio
-from epto.transports import NodeConfig
-from epto.transports.trio_udp import TrioNode
+from epto.transports.trio_rsm import ReplicaConfig, ReplicatedNode
+
+from epto.endpoint import NodeConfig
+from epto.rsm import StateMachine, replicated
 
 
-class KVStore:
-    """The replicated state machine: deterministic, applied in delivery order."""
+class KVStore(StateMachine):
+    """The replicated state machine: deterministic, applied in the total order."""
 
     def __init__(self) -> None:
         self.data: dict[str, str] = {}
-        self.applied = 0
         self.cas_failed = 0
 
-    def apply(self, command: bytes) -> None:
-        self.applied += 1
-        try:
-            op = json.loads(command)
-            kind, key = op["op"], str(op["key"])
-        except (ValueError, KeyError, TypeError):
-            return  # a malformed command is a no-op at every replica alike
-        if kind == "set":
-            self.data[key] = str(op["value"])
-        elif kind == "del":
-            self.data.pop(key, None)
-        elif kind == "cas":
-            if self.data.get(key) == op.get("expected"):
-                self.data[key] = str(op["value"])
-            else:
-                self.cas_failed += 1
+    @replicated
+    def set(self, key: str, value: str) -> None:
+        self.data[key] = value
+
+    @replicated
+    def delete(self, key: str) -> bool:
+        return self.data.pop(key, None) is not None
+
+    @replicated
+    def cas(self, key: str, expected: str | None, value: str) -> bool:
+        if self.data.get(key) != expected:
+            self.cas_failed += 1
+            return False
+        self.data[key] = value
+        return True
+
+    def snapshot(self) -> bytes:
+        return json.dumps({"data": self.data, "cas_failed": self.cas_failed}).encode()
+
+    def restore(self, state: bytes) -> None:
+        loaded = json.loads(state)
+        self.data = dict(loaded["data"])
+        self.cas_failed = int(loaded["cas_failed"])
 
     def digest(self) -> str:
         blob = json.dumps(sorted(self.data.items())).encode()
         return hashlib.sha256(blob).hexdigest()
 
-    def state(self) -> dict[str, Any]:
-        return {
-            "applied": self.applied,
-            "cas_failed": self.cas_failed,
-            "data": self.data,
-            "digest": self.digest(),
-        }
 
-
-def parse_command(line: str) -> bytes | None:
-    """A replicated command as bytes, or None when the line is not a write."""
+def parse_command(line: str) -> tuple[str, tuple[Any, ...]] | None:
+    """A replicated command ``(name, args)``, or None when the line is not a write."""
     words = line.split()
     if len(words) == 3 and words[0] == "set":
-        return json.dumps({"op": "set", "key": words[1], "value": words[2]}).encode()
+        return "set", (words[1], words[2])
     if len(words) == 2 and words[0] == "del":
-        return json.dumps({"op": "del", "key": words[1]}).encode()
+        return "delete", (words[1],)
     if len(words) == 4 and words[0] == "cas":
-        expected = None if words[2] == "-" else words[2]
-        cas = {"op": "cas", "key": words[1], "expected": expected, "value": words[3]}
-        return json.dumps(cas).encode()
+        return "cas", (words[1], None if words[2] == "-" else words[2], words[3])
     return None
 
 
@@ -90,16 +100,17 @@ def reply(text: str) -> None:
     print(text, flush=True)
 
 
-async def serve(config: NodeConfig) -> None:
+async def serve(node: NodeConfig, config: ReplicaConfig) -> None:
     store = KVStore()
-    async with TrioNode(config) as node, trio.open_nursery() as nursery:
-        print(f"ready {config.pid} {node.address}", file=sys.stderr, flush=True)
-
-        async def apply_deliveries() -> None:
-            async for delivery in node:
-                store.apply(delivery.event.payload)
-
-        nursery.start_soon(apply_deliveries)
+    async with ReplicatedNode(store, node, config) as replica:
+        print(
+            f"ready {node.pid} {replica.node.address} transfer {replica.transfer_address}",
+            file=sys.stderr,
+            flush=True,
+        )
+        if config.joining:
+            await replica.wait_ready()
+            print(f"caught up {node.pid} {replica.replica.applied}", file=sys.stderr, flush=True)
         while True:
             line = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
             words = line.split()
@@ -107,33 +118,64 @@ async def serve(config: NodeConfig) -> None:
                 break
             command = parse_command(line)
             if command is not None:
-                node.broadcast(command)
+                name, args = command
+                replica.submit(name, *args)
             elif len(words) == 2 and words[0] == "get":
                 value = store.data.get(words[1])
                 reply(f"missing {words[1]}" if value is None else f"value {words[1]} {value}")
             elif words == ["dump"]:
-                reply("state " + json.dumps(store.state(), sort_keys=True))
+                state = {
+                    "applied": replica.replica.applied,
+                    "cas_failed": store.cas_failed,
+                    "data": store.data,
+                    "digest": store.digest(),
+                }
+                reply("state " + json.dumps(state, sort_keys=True))
+            elif words == ["status"]:
+                reply("status " + json.dumps(attrs.asdict(replica.status()), default=str))
             elif words:
                 reply(f"error unknown command {line.strip()!r}")
-        nursery.cancel_scope.cancel()
-    # Leaving the node's block flushed this replica's commands to the group.
+
+
+def _addresses(specs: list[str]) -> dict[int, str]:
+    out = {}
+    for spec in specs:
+        pid, _, address = spec.partition("=")
+        out[int(pid)] = address
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--id", type=int, required=True)
     parser.add_argument("--bind", required=True, help="HOST:PORT")
+    parser.add_argument("--mode", choices=("epto", "token-ring"), default="epto")
     parser.add_argument("--peer", action="append", default=[], metavar="ID=HOST:PORT")
+    parser.add_argument("--contact", action="append", default=[], metavar="ID=HOST:PORT")
+    parser.add_argument("--transfer", default="127.0.0.1:0", help="HOST:PORT to serve state on")
+    parser.add_argument("--peer-transfer", action="append", default=[], metavar="ID=HOST:PORT")
+    parser.add_argument("--join", action="store_true", help="start empty, fetch the state")
+    parser.add_argument("--data-dir", help="keep the delivery log and snapshots here")
+    parser.add_argument("--snapshot-every", type=int, default=5000)
     parser.add_argument("--round-interval", type=float, default=0.05)
     args = parser.parse_args(argv)
-    members = {args.id: args.bind}
-    for spec in args.peer:
-        pid, _, address = spec.partition("=")
-        members[int(pid)] = address
-    config = NodeConfig(
-        pid=args.id, bind=args.bind, members=members, round_interval=args.round_interval
+    members = {args.id: args.bind, **_addresses(args.peer)} if not args.contact else {}
+    node = NodeConfig(
+        mode=args.mode,
+        pid=args.id,
+        bind=args.bind,
+        members=members,
+        contacts=_addresses(args.contact),
+        round_interval=args.round_interval,
     )
-    trio.run(serve, config)
+    config = ReplicaConfig(
+        data_dir=args.data_dir,
+        snapshot_every=args.snapshot_every,
+        transfer_bind=args.transfer,
+        peers=_addresses(args.peer_transfer),
+        joining=args.join,
+    )
+    trio.run(serve, node, config)
     return 0
 
 

@@ -324,3 +324,18 @@ def test_copies_waiting_for_peers_still_stop_at_ttl() -> None:
         assert proc.messages_to_send() == []
     assert proc.memory_sizes()["next_ball"] == 0
     assert [d.event.payload for d in proc.deliveries()] == [b"x"]
+
+
+def test_advance_clock_moves_the_next_events_past_a_known_cut() -> None:
+    proc = make_process()
+    assert proc.broadcast(b"a", 0.0) == (0, 0)
+    proc.advance_clock(1000)
+    proc.broadcast(b"b", 0.0)
+    proc.advance_clock(10)  # never backwards
+    proc.broadcast(b"c", 0.0)
+    proc.handle_timer(proc.get_timer())
+    ball = proc.messages_to_send()[0][1]
+    assert sorted(ev.ts for ev, _ in ball.values()) == [1, 1001, 1002]
+    for bad in (-1, 2**63, "5"):
+        with pytest.raises(epto.LocalProtocolError):
+            proc.advance_clock(bad)  # type: ignore[arg-type]

@@ -303,6 +303,10 @@ class ReplicatedNode:
                     self.transfer_failures += 1
                     continue
                 self.replica.restore(snapshot)
+                if snapshot.cut is not None and not self._ring:
+                    # An EpTO newcomer in an idle group has seen no timestamp:
+                    # its next commands must come after what the group applied.
+                    self._node.advance_clock(snapshot.cut[0])
             except (TransferError, ValueError):
                 self.transfer_failures += 1
                 continue

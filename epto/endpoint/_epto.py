@@ -156,6 +156,10 @@ class EptoEndpoint:
         self._last_broadcast_round = self._node.process.rounds
         return eid
 
+    def advance_clock(self, ts: int) -> None:
+        """:meth:`epto.Process.advance_clock` (a restored snapshot's cut)."""
+        self._node.process.advance_clock(ts)
+
     def receive(self, data: bytes, now: float, *, peer_host: str | None = None) -> bool:
         try:
             frame = self._codec.decode(data, now)  # balls verified by the codec's filter

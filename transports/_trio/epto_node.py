@@ -65,5 +65,9 @@ class TrioEptoNode(TrioDriver):
     def remove_member(self, pid: ProcessId) -> None:
         self._require_epto().remove_member(pid)
 
+    def advance_clock(self, ts: int) -> None:
+        """Move the EpTO clock to at least ``ts`` (:meth:`epto.Process.advance_clock`)."""
+        self._require_epto().advance_clock(ts)
+
     def statistics(self) -> TransportStatistics:
         return epto_statistics(self._require_epto(), self._require_loop())
