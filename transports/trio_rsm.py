@@ -41,9 +41,6 @@ Rules:
 from __future__ import annotations
 
 import functools
-import math
-import shutil
-import time
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
@@ -51,17 +48,16 @@ from typing import Any, Self
 
 import trio
 
-from epto import ConfigurationError, Delivery, Event, EventId, ProcessId
+from epto import ConfigurationError, Delivery, EventId, ProcessId
 from epto.endpoint import Address, NodeConfig, parse_host_port
-from epto.log import DeliveryLogWriter, log_bounds, micros, read_log
 from epto.rsm import (
     CommandFailed,
     Replica,
     Snapshot,
-    SnapshotStore,
     StateMachine,
 )
 
+from ._rsm_durable import Durability
 from ._trio.rsm_config import CommandFailedError, ReplicaConfig, ReplicaStatus
 from ._trio.rsm_transfer import TransferError, TransferServer, fetch_digest, fetch_snapshot
 from .trio_node import open_node
@@ -89,14 +85,17 @@ class ReplicatedNode:
         self._node: Any = None
         self._pending: dict[EventId, trio.Event] = {}
         self._results: dict[EventId, Any] = {}
-        self._store = (
-            SnapshotStore(Path(cfg.data_dir) / "snapshots", keep=cfg.keep) if cfg.data_dir else None
+        self._durable = (
+            Durability(
+                cfg.data_dir,
+                node.pid,
+                snapshot_every=cfg.snapshot_every,
+                snapshot_interval=cfg.snapshot_interval,
+                keep=cfg.keep,
+            )
+            if cfg.data_dir
+            else None
         )
-        self._log: DeliveryLogWriter | None = None
-        self._log_index = 0
-        self._since_snapshot = 0
-        self._snapshot_at = math.inf
-        self.snapshots_taken = 0
         self.transfers = 0
         self.transfer_failures = 0
         self._ready = trio.Event()
@@ -115,10 +114,12 @@ class ReplicatedNode:
     # -- lifecycle ------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        self._recover()
+        durable = self._durable
+        if durable is not None:
+            durable.recover(self.replica, joining=self.config.joining)
         async with AsyncExitStack() as stack:
-            if self._log is not None:
-                stack.callback(self._log.close)
+            if durable is not None:
+                stack.callback(durable.close)
             self._node = await stack.enter_async_context(open_node(self.node_config))
             nursery = self._nursery = await stack.enter_async_context(trio.open_nursery())
             stack.callback(nursery.cancel_scope.cancel)  # runs first on the way out
@@ -194,70 +195,24 @@ class ReplicatedNode:
             return
         if applied is None:
             return
-        if self._log is not None:
-            # Logged right after it is applied, with nothing in between: a
-            # snapshot (taken between two deliveries) covers exactly the
-            # records below its log index.
-            self._log.append(delivery, delivered_at=micros(time.time()))
-            self._log_index += 1
-        self._since_snapshot += 1
-        if self._snapshot_at == math.inf:
-            self._snapshot_at = trio.current_time() + self.config.snapshot_interval
+        if self._durable is not None and self._durable.applied(delivery, trio.current_time()):
+            self._durable.snapshot(self.replica)
         event = self._pending.get(applied.event)
         if event is not None:
             self._results[applied.event] = applied.result
             event.set()
-        self._maybe_snapshot()
 
-    # -- snapshots and recovery -------------------------------------------------------
-
-    def _maybe_snapshot(self) -> None:
-        every = self.config.snapshot_every
-        due = (every and self._since_snapshot >= every) or trio.current_time() >= self._snapshot_at
-        if due and self._store is not None:
-            self.take_snapshot()
+    # -- snapshots -------------------------------------------------------------------
 
     def take_snapshot(self) -> Path | None:
         """Write a snapshot now (with ``data_dir``) and compact the log."""
-        if self._store is None or not self.replica.ready:
+        if self._durable is None or not self.replica.ready:
             return None
-        if self._log is not None:
-            self._log.flush(fsync=True)
-        path = self._store.save(self.replica.snapshot(), self._log_index)
-        self.snapshots_taken += 1
-        self._since_snapshot = 0
-        self._snapshot_at = math.inf
-        oldest = self._store.oldest_log_index()
-        if self._log is not None and oldest is not None:
-            self._log.delete_before(oldest)
-        return path
+        return self._durable.snapshot(self.replica)
 
-    def _recover(self) -> None:
-        """Restore the newest snapshot on disk and replay the log after it; a
-        joining replica starts from nothing instead (its state is fetched)."""
-        if self.config.data_dir is None:
-            return
-        assert self._store is not None
-        log_root = Path(self.config.data_dir) / "log"
-        node_dir = log_root / str(self.node_config.pid)
-        if self.config.joining:
-            self._store.clear()
-            shutil.rmtree(node_dir, ignore_errors=True)
-        else:
-            stored = self._store.latest()
-            start = 0
-            if stored is not None:
-                self.replica.restore(stored.snapshot)
-                start = stored.log_index
-            if node_dir.exists():
-                first, _ = log_bounds(node_dir)
-                for record in read_log(node_dir, max(start, first)):
-                    event = Event(
-                        source=record.source, seq=record.seq, ts=record.ts, payload=record.payload
-                    )
-                    self.replica.deliver(Delivery(event=event))
-        self._log = DeliveryLogWriter(log_root, self.node_config.pid)
-        self._log_index = self._log.next_index
+    @property
+    def snapshots_taken(self) -> int:
+        return 0 if self._durable is None else self._durable.snapshots_taken
 
     # -- fetching the state -------------------------------------------------------------
 
@@ -311,10 +266,9 @@ class ReplicatedNode:
                 self.transfer_failures += 1
                 continue
             self.transfers += 1
-            if self._log is not None:
-                # The log restarts after the snapshot: save it so that recovery
-                # has a base that the log continues.
-                self.take_snapshot()
+            # The buffered commands were applied without being logged: save the
+            # state as the base the log continues.
+            self.take_snapshot()
             return True
         return False
 
