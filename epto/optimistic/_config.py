@@ -50,6 +50,8 @@ class OptimisticConfig:
     report_interval: float = attrs.field(default=1.0, validator=_positive)
     """How often a member checks whether its latencies or its send rate drifted
     from what it last reported to the coordinator (and reports if so)."""
+    rate_window: float = attrs.field(default=10.0, validator=_positive)
+    """Seconds over which a member measures its send rate."""
     drift: float = attrs.field(default=0.2, validator=_non_negative)
     """Relative change of a latency (or of a send rate, times 5) that makes a
     member report again and the coordinator plan again."""
@@ -74,6 +76,7 @@ class OptimisticConfig:
         times = (
             "probe_interval",
             "report_interval",
+            "rate_window",
             "drift_floor",
             "resolution",
             "max_delay",

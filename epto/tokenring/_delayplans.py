@@ -64,7 +64,7 @@ class DelayPlans:
         "_planned",
         "_planned_at",
         "_probe_at",
-        "_rate_mark",
+        "_rate_marks",
         "_report_at",
         "_reported",
         "_rows",
@@ -87,7 +87,8 @@ class DelayPlans:
         self._report_at = now + cfg.report_interval
         self._reported: tuple[int, dict[ProcessId, float], float] | None = None
         """(instance, row, rate) of the last report."""
-        self._rate_mark = (shared.counts.broadcasts, now)
+        self._rate_marks: deque[tuple[float, int]] = deque([(now, shared.counts.broadcasts)])
+        """(time, broadcasts so far) at each report, over ``rate_window``."""
         self._plan_key = (0, 0)
         """(instance, epoch) of the plan in use; epochs start at 1."""
         # The coordinator's side.
@@ -156,12 +157,18 @@ class DelayPlans:
             del self._sent_rows[p]
 
     def _rate(self, now: float) -> float:
-        sent, since = self._rate_mark
-        broadcasts = self._s.counts.broadcasts
-        if now <= since:
-            return 0.0
-        self._rate_mark = (broadcasts, now)
-        return (broadcasts - sent) / (now - since)
+        """This member's send rate over the last ``rate_window`` seconds (over
+        the time since it started, before that): over one report interval,
+        Poisson traffic of a few messages per second looks like a drift at
+        every report, and every drift is a plan that mispredicts what is in
+        flight while it reaches the members."""
+        marks = self._rate_marks
+        marks.append((now, self._s.counts.broadcasts))
+        horizon = now - self._cfg.rate_window
+        while len(marks) > 2 and marks[1][0] <= horizon:
+            marks.popleft()
+        (first, sent), (last, total) = marks[0], marks[-1]
+        return (total - sent) / (last - first) if last > first else 0.0
 
     def _maybe_report(self, now: float) -> None:
         s = self._s
@@ -226,7 +233,7 @@ class DelayPlans:
         if last is not None and last.members == members:
             if now - self._planned_at < self._cfg.replan_interval:
                 return
-            if not self._plan_drifted(last, latencies, rates):
+            if not self._plan_drifted(last, latencies, rates, now):
                 return
         self._planned = _Planned(members=members, latencies=latencies, rates=rates)
         self._planned_at = now
@@ -251,11 +258,17 @@ class DelayPlans:
         last: _Planned,
         latencies: dict[tuple[ProcessId, ProcessId], float],
         rates: dict[ProcessId, float],
+        now: float,
     ) -> bool:
+        """Whether a latency drifted since ``last``, or (at most once per
+        ``rate_window``: a new plan mispredicts what is in flight, and rates
+        only weigh the average) a rate."""
         cfg = self._cfg
         old = last.latencies
         if any(_drifted(old[k], v, cfg.drift, cfg.drift_floor) for k, v in latencies.items()):
             return True
+        if now - self._planned_at < cfg.rate_window:
+            return False
         return any(_drifted(last.rates[p], v, 5 * cfg.drift, 0.0) for p, v in rates.items())
 
     def _plan(
