@@ -261,6 +261,7 @@ PUBLIC_SUBMODULES: dict[str, frozenset[str]] = {
             "trio_tcp",
             "trio_udp",
             "zmq_node",
+            "zmq_rsm",
         }
     ),
 }
@@ -271,6 +272,7 @@ NODE_MODULES: dict[str, frozenset[str]] = {
     "epto.transports.memory": frozenset({"MemoryHub", "MemoryNode"}),
     "epto.transports.trio_udp": frozenset({"TrioNode"}),
     "epto.transports.trio_atoms": frozenset({"AtomsNode"}),
+    "epto.transports.zmq_rsm": frozenset({"CommandTimeoutError", "ZmqReplica"}),
     "epto.transports.trio_rsm": frozenset(
         {"CommandFailedError", "ReplicaConfig", "ReplicaStatus", "ReplicatedNode"}
     ),
