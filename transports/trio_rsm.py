@@ -41,6 +41,7 @@ Rules:
 from __future__ import annotations
 
 import functools
+import math
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
@@ -59,7 +60,13 @@ from epto.rsm import (
 
 from ._rsm_durable import Durability
 from ._trio.rsm_config import CommandFailedError, ReplicaConfig, ReplicaStatus
-from ._trio.rsm_transfer import TransferError, TransferServer, fetch_digest, fetch_snapshot
+from ._trio.rsm_transfer import (
+    TransferError,
+    TransferServer,
+    fetch_digest,
+    fetch_latest,
+    fetch_snapshot,
+)
 from .trio_node import open_node
 
 __all__ = ["CommandFailedError", "ReplicaConfig", "ReplicaStatus", "ReplicatedNode"]
@@ -98,6 +105,8 @@ class ReplicatedNode:
         )
         self.transfers = 0
         self.transfer_failures = 0
+        self.audits = 0
+        self.contradictions = 0
         self._ready = trio.Event()
         self._wake = trio.Event()
         self._nursery: trio.Nursery | None = None
@@ -130,6 +139,8 @@ class ReplicatedNode:
             self.transfer_address = f"{bound[0]}:{bound[1]}"
             nursery.start_soon(self._apply_loop)
             nursery.start_soon(self._resync_loop)
+            if self.config.peers and self.config.audit_interval < math.inf:
+                nursery.start_soon(self._audit_loop)
             if self.replica.ready:
                 self._ready.set()
             self._stack = stack.pop_all()
@@ -296,6 +307,40 @@ class ReplicatedNode:
                 break
         return confirm >= 1 and contradict < confirm
 
+    # -- audits -------------------------------------------------------------------------
+
+    async def _audit_loop(self) -> None:
+        """Compare this replica's digest with the peers', one peer per
+        ``audit_interval``; fetch the state again when contradicted by more
+        peers than confirm it (two at least), over the last few audits."""
+        cfg = self.config
+        peers = [a for p, a in sorted(cfg.peers.items()) if p != self.node_config.pid]
+        verdicts: list[bool] = []
+        turn = 0
+        while True:
+            await trio.sleep(cfg.audit_interval)
+            if not self.replica.ready or not peers:
+                continue
+            address = peers[turn % len(peers)]
+            turn += 1
+            try:
+                latest = await fetch_latest(address, timeout=cfg.transfer_timeout)
+            except TransferError:
+                continue
+            if latest is None:
+                continue
+            verdict = self.replica.compare(*latest)
+            if verdict is None:
+                continue  # that cut is not in our recent history (yet)
+            self.audits += 1
+            self.contradictions += not verdict
+            verdicts = [*verdicts[-4:], verdict]
+            wrong = verdicts.count(False)
+            if wrong >= 2 and wrong > verdicts.count(True):
+                verdicts = []
+                self.replica.resync()
+                self._wake.set()
+
     # -- status -------------------------------------------------------------------------
 
     def status(self) -> ReplicaStatus:
@@ -320,4 +365,6 @@ class ReplicatedNode:
             snapshots_taken=self.snapshots_taken,
             transfers=self.transfers,
             transfer_failures=self.transfer_failures,
+            audits=self.audits,
+            contradictions=self.contradictions,
         )

@@ -151,4 +151,6 @@ class ZmqReplica:
             snapshots_taken=0 if self._durable is None else self._durable.snapshots_taken,
             transfers=0,
             transfer_failures=0,
+            audits=0,
+            contradictions=0,
         )

@@ -129,3 +129,35 @@ async def test_a_replica_restarted_on_its_data_directory_recovers(tmp_path: Path
             cut,
         )
         assert again.machine.data == {"n": sum(range(70))}  # type: ignore[attr-defined]
+
+
+@pytest.mark.trio
+async def test_an_epto_replica_that_missed_a_command_is_found_out_and_refetches(
+    tmp_path: Path,
+) -> None:
+    configs = _configs("epto", [1, 2, 3])
+    async with AsyncExitStack() as stack:
+        ports = free_ports(3, socket.SOCK_STREAM)
+        transfer = {p: f"127.0.0.1:{port}" for p, port in zip((1, 2, 3), ports, strict=True)}
+        replicas: list[ReplicatedNode] = []
+        for p in (1, 2, 3):
+            cfg = ReplicaConfig(transfer_bind=transfer[p], peers=transfer, audit_interval=0.2)
+            replicas.append(await stack.enter_async_context(ReplicatedNode(KV(), configs[p], cfg)))
+        # Replica 3 loses one delivery (as if EpTO's probabilistic agreement failed it).
+        holed = replicas[2]
+        original = holed.replica.deliver
+        lost: list[object] = []
+
+        def lose_one(delivery):  # type: ignore[no-untyped-def]
+            if not lost and delivery.in_total_order:
+                lost.append(delivery)
+                return None
+            return original(delivery)
+
+        holed.replica.deliver = lose_one  # type: ignore[method-assign]
+        for i in range(30):
+            await replicas[i % 2].call("incr", "n", 1)
+        await _settled(replicas, 30, timeout=30)
+        assert all(r.machine.data == {"n": 30} for r in replicas)  # type: ignore[attr-defined]
+        status = holed.status()
+        assert lost and status.contradictions >= 2 and status.transfers == 1

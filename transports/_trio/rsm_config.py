@@ -43,6 +43,11 @@ class ReplicaConfig:
     """Start empty and fetch the state from ``peers`` (a late joiner)."""
     join_settle: float | None = None
     """EpTO: seconds a newcomer waits before fetching (None: 2 x (TTL + 2) rounds)."""
+    audit_interval: float = 5.0
+    """Seconds between two audits: this replica asks a peer of ``peers`` for
+    its latest cut and digest and compares with its own digest there; when
+    two peers contradict it (more than confirm), it fetches its state again
+    (an EpTO replica that missed a command). ``inf``: no audit."""
     transfer_timeout: float = 60.0
     max_snapshot_bytes: int = 1 << 30
     max_buffer: int = 1_000_000
@@ -73,4 +78,8 @@ class ReplicaStatus:
     snapshots_taken: int
     transfers: int
     """States fetched (joining, or after a hole)."""
+    audits: int
+    """Audits whose answer could be compared (confirmed or contradicted)."""
+    contradictions: int
+    """Audits a peer's digest contradicted."""
     transfer_failures: int

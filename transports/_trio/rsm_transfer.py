@@ -10,6 +10,8 @@ state follows its header as raw bytes, in chunks. Requests:
 * ``{"op": "digest", "cut": KEY | null}``: the server waits (at most ``wait``)
   until its cut reaches ``cut``, then answers ``{"digest": HEX | null}``
   (null: that cut left its history).
+* ``{"op": "latest"}``: ``{"cut": KEY | null, "digest": HEX}``, at once (an
+  audit; a replica that is not ready answers ``{"error": ...}``).
 
 A request is at most :data:`MAX_REQUEST` bytes; the server serves at most
 ``max_connections`` connections at once and bounds each by ``wait`` plus the
@@ -132,6 +134,8 @@ class TransferServer:
                         await self._serve_snapshot(stream, _key(request.get("need")))
                     elif op == "digest":
                         await self._serve_digest(stream, _key(request.get("cut")))
+                    elif op == "latest":
+                        await self._serve_latest(stream)
                     else:
                         self._refuse("bad-request")
             except (TransferError, trio.TooSlowError) as exc:
@@ -173,6 +177,20 @@ class TransferServer:
     async def _serve_digest(self, stream: trio.SocketStream, cut: OrderKey | None) -> None:
         digest = self._digest_at(cut) if await self._reached(cut) else None
         await _send(stream, {"digest": None if digest is None else digest.hex()})
+
+    async def _serve_latest(self, stream: trio.SocketStream) -> None:
+        if not self._ready():
+            await _send(stream, {"error": "not ready"})
+            return
+        cut = self._cut()
+        digest = self._digest_at(cut)
+        await _send(
+            stream,
+            {
+                "cut": None if cut is None else list(cut),
+                "digest": None if digest is None else digest.hex(),
+            },
+        )
 
 
 async def _connect(address: Address) -> trio.SocketStream:
@@ -222,5 +240,20 @@ async def fetch_digest(address: Address, cut: OrderKey | None, *, timeout: float
                 answer = await _Reader(stream).message(MAX_REQUEST)
                 value = answer.get("digest")
                 return None if value is None else bytes.fromhex(str(value))
+    except (OSError, trio.BrokenResourceError, trio.TooSlowError, ValueError) as exc:
+        raise TransferError(f"{address}: {type(exc).__name__}: {exc}"[:200]) from None
+
+
+async def fetch_latest(address: Address, *, timeout: float) -> tuple[OrderKey | None, bytes] | None:
+    """The latest cut and digest of the replica at ``address`` (None: not ready)."""
+    try:
+        with trio.fail_after(timeout):
+            stream = await _connect(address)
+            async with stream:
+                await _send(stream, {"op": "latest"})
+                answer = await _Reader(stream).message(MAX_REQUEST)
+                if "error" in answer or answer.get("digest") is None:
+                    return None
+                return _key(answer.get("cut")), bytes.fromhex(str(answer["digest"]))
     except (OSError, trio.BrokenResourceError, trio.TooSlowError, ValueError) as exc:
         raise TransferError(f"{address}: {type(exc).__name__}: {exc}"[:200]) from None
