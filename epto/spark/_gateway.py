@@ -9,14 +9,17 @@ the node delivered them, then hands every delivery to ``on_delivery``.
 Everything a connection sends is hostile until checked: frames are bounded
 (one event payload of at most ``max_payload`` bytes), an event must decode as
 a sink event, a connection may leave at most ``window`` events
-unacknowledged, at most ``max_connections`` are open (more are refused at
-once), a connection that sends nothing for ``idle_timeout`` seconds while it
-has nothing outstanding is closed, and the token, when set, must match.
-Each refusal is counted in ``statistics.rejected``; none stops the node.
+unacknowledged (a slot frees when its acknowledgement is written, so a peer
+that does not read them stalls only itself), at most ``max_connections`` are
+open (more are refused at once), a connection that sends nothing for
+``idle_timeout`` seconds while it has nothing outstanding is closed, and the
+token, when set, must match. Each refusal is counted in
+``statistics.rejected``; none stops the node.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -57,7 +60,8 @@ class GatewayStatistics:
     """Events acknowledged to a connection after the node delivered them."""
     rejected: dict[str, int] = attrs.field(factory=dict)
     """Refusals by reason: ``connections``, ``token``, ``frame-size``,
-    ``malformed``, ``idle``, ``broadcast`` (the node refused the payload)."""
+    ``malformed``, ``idle``, ``broadcast`` (the node refused the payload),
+    ``error`` (an unexpected failure while serving a connection)."""
 
     def reject(self, reason: str) -> None:
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
@@ -77,6 +81,8 @@ class _Connection:
         self.buffer = bytearray()
         self.open = True
         self.send_lock = trio.Lock()
+        # Acknowledgements to send: at most ``window`` (one per slot taken).
+        self.acks, self._ack_source = trio.open_memory_channel[int](window)
 
     async def read_exact(self, n: int, limit: float) -> bytes:
         while len(self.buffer) < n:
@@ -101,6 +107,14 @@ class _Connection:
                 await self.stream.send_all(FRAME_LEN.pack(len(body)) + body)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self.open = False
+
+    async def send_acks(self) -> None:
+        """Send acknowledgements; a slot frees only once its acknowledgement
+        was written, so a peer that does not read them stalls only itself."""
+        async for chunk in self._ack_source:
+            await self.send_frame(b"A" + CHUNK.pack(chunk))
+            self.outstanding -= 1
+            self.slots.release()
 
 
 class Gateway:
@@ -157,10 +171,10 @@ class Gateway:
             waiting = self._pending.pop(delivery.event.id, None)
             if waiting is not None:
                 conn, chunk = waiting
-                conn.outstanding -= 1
-                conn.slots.release()
-                self.statistics.acknowledged += 1
-                await conn.send_frame(b"A" + CHUNK.pack(chunk))
+                # Never blocks: the channel holds a slot's worth per event.
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    conn.acks.send_nowait(chunk)
+                    self.statistics.acknowledged += 1
             if self.on_delivery is not None:
                 self.on_delivery(delivery)
 
@@ -173,16 +187,28 @@ class Gateway:
         stats.connections += 1
         stats.open_connections += 1
         conn = _Connection(stream, self.window)
+        refused: _Refused | None = None
         try:
-            await stream.send_all(HELLO.pack(HELLO_MAGIC, self.max_payload, self.window))
-            await self._converse(conn)
-        except _Refused as refused:
-            stats.reject(refused.reason)
-            await conn.send_frame(b"R" + str(refused).encode()[:MAX_REASON])
-        except (EOFError, trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(conn.send_acks)
+                try:
+                    await stream.send_all(HELLO.pack(HELLO_MAGIC, self.max_payload, self.window))
+                    await self._converse(conn)
+                except _Refused as exc:
+                    refused = exc
+                except (EOFError, trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
+                finally:
+                    nursery.cancel_scope.cancel()
+            if refused is not None:
+                stats.reject(refused.reason)
+                with trio.move_on_after(5):
+                    await conn.send_frame(b"R" + str(refused).encode()[:MAX_REASON])
+        except Exception:  # a bug here must not take the node down with it
+            stats.reject("error")
         finally:
             conn.open = False
+            conn.acks.close()
             stats.open_connections -= 1
             await trio.aclose_forcefully(stream)
 
