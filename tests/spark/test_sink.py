@@ -56,6 +56,13 @@ def test_a_stream_with_a_failed_task_is_delivered_once_at_every_member(tmp_path:
         ids = {(r.stream, r.batch, r.partition, r.row) for r in delivered}
         assert len(ids) == rows
         assert {r.stream for r in delivered} == {result["id"]}
+        # Batch after batch, and each partition's rows in their order.
+        batches = [r.batch for r in delivered]
+        assert batches == sorted(batches)
+        for key in {(r.batch, r.partition) for r in delivered}:
+            numbers = [r.row for r in delivered if (r.batch, r.partition) == key]
+            assert numbers == sorted(numbers)
+    assert group.rows[1] == group.rows[2] == group.rows[3]  # the same order everywhere
     # The failed attempt had sent rows: they were broadcast twice, delivered once.
     assert gateway.statistics.rows > rows
     assert all(
