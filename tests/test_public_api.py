@@ -121,7 +121,19 @@ EXPORTS: dict[str, frozenset[str]] = {
             "write_broadcasts",
         }
     ),
-    "epto.spark": frozenset({"analyze", "register", "session"}),
+    "epto.spark": frozenset(
+        {
+            "Gateway",
+            "GatewayStatistics",
+            "SinkRow",
+            "SinkRows",
+            "SinkStatistics",
+            "analyze",
+            "register",
+            "session",
+            "worker_settings",
+        }
+    ),
     "epto.check": frozenset(
         {
             "CheckReport",

@@ -4,13 +4,33 @@ One line registers the source::
 
     epto.spark.register(spark)   # then spark.read.format("epto").load(LOGDIR)
 
+``df.writeStream.format("epto").option("gateway", "host:port")`` broadcasts
+rows into a running group through a :class:`Gateway` (a member that listens
+for Spark tasks); members de-duplicate retried rows with :class:`SinkRows`.
+
 :func:`analyze` verifies total order, integrity and agreement of a directory
 of logs on Spark and measures delivery delays. Importing this package does not
 import Spark; the functions do.
 """
 
 from ._analyze import analyze as analyze
+from ._gateway import Gateway as Gateway
+from ._gateway import GatewayStatistics as GatewayStatistics
+from ._rows import SinkRow as SinkRow
+from ._rows import SinkRows as SinkRows
+from ._rows import SinkStatistics as SinkStatistics
 from ._session import register as register
 from ._session import session as session
+from ._session import worker_settings as worker_settings
 
-__all__ = ["analyze", "register", "session"]
+__all__ = [
+    "Gateway",
+    "GatewayStatistics",
+    "SinkRow",
+    "SinkRows",
+    "SinkStatistics",
+    "analyze",
+    "register",
+    "session",
+    "worker_settings",
+]

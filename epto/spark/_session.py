@@ -3,15 +3,48 @@
 from __future__ import annotations
 
 import os
+import site
 import sys
+from pathlib import Path
 from typing import Any
 
 
 def register(spark: Any) -> None:
-    """Make ``spark.read.format("epto")`` and ``spark.readStream.format("epto")`` work."""
-    from ._source import EptoDataSource
+    """Make the ``epto`` format work: ``spark.read``/``readStream`` of delivery
+    logs, ``df.write``/``writeStream`` of rows into a group through a gateway."""
+    from ._sink import EptoDataSource
 
     spark.dataSource.register(EptoDataSource)
+
+
+def worker_settings() -> dict[str, str]:
+    """Settings that let Spark's Python workers import this very ``epto``.
+
+    Workers run ``PYSPARK_PYTHON`` when set, else this interpreter
+    (``sys.executable``), whether or not a virtual environment is active. When
+    ``epto`` is imported from a directory that is not a site-packages
+    directory (a source checkout, an editable install, ``PYTHONPATH``), that
+    directory goes first on the executors' ``PYTHONPATH``, so they import the
+    same code as the driver.
+    """
+    python = os.environ.get("PYSPARK_PYTHON") or sys.executable
+    settings = {"spark.pyspark.python": python}
+    home = str(Path(__file__).resolve().parent.parent.parent)
+    sites = {str(Path(p).resolve()) for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    if home not in sites:
+        rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != home]
+        settings["spark.executorEnv.PYTHONPATH"] = os.pathsep.join([home, *rest])
+    return settings
+
+
+def _export_to_jvm(settings: dict[str, str]) -> None:
+    # The JVM that pyspark starts inherits this environment, and so do the
+    # Python workers it runs for the driver (data source planning, and every
+    # task in local mode).
+    os.environ.setdefault("PYSPARK_PYTHON", settings["spark.pyspark.python"])
+    path = settings.get("spark.executorEnv.PYTHONPATH")
+    if path is not None:
+        os.environ["PYTHONPATH"] = path
 
 
 def session(master: str | None = None, *, app_name: str = "epto", **conf: str) -> Any:
@@ -20,14 +53,16 @@ def session(master: str | None = None, *, app_name: str = "epto", **conf: str) -
     ``master=None`` runs Spark in this process on two cores (``local[2]``),
     bound to 127.0.0.1 with the web UI off; a ``spark://`` (or other) master
     URL runs on that cluster, whose workers need ``epto`` installed. Extra
-    ``conf`` entries are passed to the builder.
+    ``conf`` entries are passed to the builder (and win). Python workers run
+    this interpreter and import this ``epto`` (:func:`worker_settings`).
     """
     from pyspark.sql import SparkSession
 
     master = master or "local[2]"
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
-    settings = {
+    workers = worker_settings()
+    _export_to_jvm(workers)
+    settings = workers | {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",

@@ -1,0 +1,83 @@
+"""The driver of tests/spark/test_standalone.py, run in its own process::
+
+    python _cluster_job.py MASTER LOGDIR OUTDIR
+
+It prints one JSON object: the batch read's records, where the workers
+imported ``epto`` from, and the rows a streaming query (delivery logs to
+parquet files, with a checkpoint, ``availableNow``) wrote after its first run
+and after a restart from its checkpoint, with five records appended to every
+log in between.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+COLUMNS = ["node", "index", "source", "seq", "ts", "tag", "payload"]
+
+
+def stream_once(spark: Any, logdir: str, out: Path) -> list[list[Any]]:
+    from pyspark.sql import functions as F
+
+    query = (
+        spark.readStream.format("epto")
+        .option("startingOffsets", "earliest")
+        .load(logdir)
+        .select(*COLUMNS)
+        .writeStream.format("parquet")
+        .option("path", str(out / "data"))
+        .option("checkpointLocation", str(out / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(180)
+    query.stop()
+    rows = spark.read.parquet(str(out / "data")).select(
+        *COLUMNS[:6], F.lower(F.hex("payload")).alias("payload")
+    )
+    return [list(r) for r in rows.collect()]
+
+
+def main() -> None:
+    master, logdir, outdir = sys.argv[1:4]
+    import epto
+    import epto.spark
+    from epto.log import DeliveryLogWriter, list_nodes
+
+    spark = epto.spark.session(master, app_name="epto-standalone")
+    spark.sparkContext.setLogLevel("ERROR")
+
+    df = spark.read.format("epto").load(logdir)
+    batch = [[*r[:6], bytes(r[6]).hex()] for r in df.select(*COLUMNS).collect()]
+
+    def where(_: object) -> str:
+        import epto
+
+        return str(epto.__file__)
+
+    imported = spark.sparkContext.parallelize([0], 1).map(where).collect()
+    first = stream_once(spark, logdir, Path(outdir))
+    for node in list_nodes(logdir):
+        with DeliveryLogWriter(logdir, node) as w:
+            for i in range(5):
+                w.append_fields(source=7, seq=i, ts=10**6 + i, payload=b"late", delivered_at=1)
+    second = stream_once(spark, logdir, Path(outdir))
+    print(
+        json.dumps(
+            {
+                "batch": batch,
+                "workers_import": imported,
+                "driver": epto.__file__,
+                "first": first,
+                "second": second,
+            }
+        )
+    )
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
