@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import trio
-
-import epto.spark
-from epto.tokenring import TokenRingConfig
 from epto.transports import NodeConfig
 from epto.transports._ports import free_ports
 from epto.transports.trio_node import open_node
+
+import epto.spark
+from epto.tokenring import TokenRingConfig
 
 
 def run_group(n: int, max_payload: int, ready: Any, stop: threading.Event) -> None:

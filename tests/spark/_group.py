@@ -8,13 +8,13 @@ from contextlib import AsyncExitStack, suppress
 from typing import Any
 
 import trio
+from epto.transports import NodeConfig
+from epto.transports._ports import free_ports
+from epto.transports.trio_node import open_node
 
 from epto import Delivery
 from epto.spark import Gateway, SinkRow, SinkRows
 from epto.tokenring import TokenRingConfig
-from epto.transports import NodeConfig
-from epto.transports._ports import free_ports
-from epto.transports.trio_node import open_node
 
 RING = TokenRingConfig(heartbeat_interval=0.05, suspect_timeout=2.0, exclude_timeout=5.0)
 
