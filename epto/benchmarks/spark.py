@@ -10,6 +10,8 @@
 3. Spark reads the large log (every column, payloads included) and
    ``epto analyze`` runs on it; both are timed, as is ``epto check`` (Python)
    on the simulator-generated log.
+4. The large log is written as Parquet, and the same rows are read from both
+   (every column, one column, ``count()``), best of ``--repeats`` runs each.
 
 Wall-clock figures; on a shared machine they are noisy.
 """
@@ -20,8 +22,9 @@ import argparse
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--master", help="Spark master URL (default: local[2])")
     parser.add_argument("--keep", action="store_true", help="keep the logs")
     parser.add_argument("--skip-analyze", action="store_true")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="runs of each read in the comparison (best kept)"
+    )
 
 
 def simulate(root: Path, processes: int, events: int) -> float:
@@ -102,6 +108,37 @@ def tile(src: Path, dst: Path, tiles: int) -> int:
     return written
 
 
+def compare_reads(spark: Any, logs: Path, parquet: Path, records: int, repeats: int) -> None:
+    """The same rows read from the logs and from Parquet: every column (a
+    ``noop`` write materialises them all), one column (``ts``), and
+    ``count()``; the best of ``repeats`` wall-clock runs of each."""
+    from pyspark.sql import functions as F
+
+    epto_df = spark.read.format("epto").load(str(logs))
+    epto_df.write.mode("overwrite").parquet(str(parquet))
+    parquet_df = spark.read.parquet(str(parquet))
+    reads: dict[str, Callable[[Any], object]] = {
+        "all columns": lambda df: df.write.format("noop").mode("overwrite").save(),
+        "one column (ts)": lambda df: df.agg(F.sum("ts")).first(),
+        "count()": lambda df: df.count(),
+    }
+    print(f"reads of the same {records:,} rows, best of {repeats} ({spark.sparkContext.master}):")
+    for label, action in reads.items():
+        best: dict[str, float] = {}
+        for name, df in (("epto", epto_df), ("parquet", parquet_df)):
+            times = []
+            for _ in range(repeats):
+                started = time.perf_counter()
+                action(df)
+                times.append(time.perf_counter() - started)
+            best[name] = min(times)
+        print(
+            f"  {label:16} epto {best['epto']:6.2f} s = {records / best['epto']:>12,.0f} rows/s"
+            f"   parquet {best['parquet']:6.2f} s = {records / best['parquet']:>12,.0f} rows/s"
+            f"   ratio {best['epto'] / best['parquet']:.1f}x"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     import epto.spark
     from epto.log import check_logs
@@ -140,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
                 f"in {elapsed:.1f} s = {row['n'] / elapsed:,.0f} records/s "
                 f"({spark.sparkContext.master})"
             )
+        compare_reads(spark, big, work / "parquet", records, args.repeats)
         if not args.skip_analyze:
             for label, root in (("simulator log", sim), ("large log", big)):
                 result = analyze(root, spark=spark)
