@@ -19,6 +19,7 @@ object per field:
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 import zlib
@@ -45,6 +46,8 @@ FRAME_INDEX = struct.Struct("<IIQ")
 STRIDE = 64
 """Bytes gathered per record: frame header (8), six 8-byte fields (48), flags,
 signature length and five bytes beyond (8)."""
+MAX_INDEX = 1 << 64
+"""Above every delivery index (indices are unsigned 64-bit)."""
 _SIG_AT = 8 + BODY.size
 """Offset of the signature from the start of a frame."""
 
@@ -104,33 +107,42 @@ def scan_frames(
         size = len(data)
         if not closed and size < HEADER_SIZE:
             continue  # a segment being created: the header is not written yet
-        if decode_header(data, str(seg.path))[1] != seg.first_index:
-            raise LogCorruptError(f"{seg.path}: header does not match its file name")
-        view = memoryview(data)
+        first_index = decode_header(data, str(seg.path))[1]
+        if first_index != seg.first_index:
+            raise LogCorruptError(f"{seg.path}: header says first index {first_index}")
         positions: list[int] = []
+        keep = positions.append
+        limit = MAX_INDEX if end is None else end
         pos = HEADER_SIZE
         reached_end = False
         # A frame needs 8 header bytes and a body of at least BODY.size bytes, so
         # fewer than 16 bytes left is a torn tail, as in epto.log's scan_frames.
         while pos + 16 <= size:
             length, crc, index = unpack(data, pos)
-            stop = pos + 8 + length
-            if length < min_body or length > MAX_BODY or stop > size:
+            body = pos + 8
+            stop = body + length
+            if (
+                length < min_body
+                or length > MAX_BODY
+                or stop > size
+                or crc32(data[body:stop]) != crc
+            ):
                 break
-            if crc32(view[pos + 8 : stop]) != crc:
-                break
+            if index == expected and index < limit:  # the usual case, first
+                keep(pos)
+                expected += 1
+                pos = stop
+                continue
             here, pos = pos, stop
             if index < expected:
                 continue
-            if end is not None and index >= end:
+            if index >= limit:
                 reached_end = True
                 break
-            if index != expected:
-                if not skip_missing:
-                    raise LogGapError(f"{node_dir}: expected index {expected}, found {index}")
-                expected = index
-            positions.append(here)
-            expected += 1
+            if not skip_missing:
+                raise LogGapError(f"{node_dir}: expected index {expected}, found {index}")
+            keep(here)
+            expected = index + 1
         if positions:
             yield data, positions
         if reached_end:
@@ -175,26 +187,31 @@ def _interleave(n: int) -> pa.Array:
 def decode(data: bytes, positions: list[int], node: int, columns: Sequence[str]) -> pa.RecordBatch:
     """The records framed at ``positions`` in segment ``data``: ``columns`` only."""
     n = len(positions)
-    parts = [data[p : p + STRIDE] for p in positions]
-    if len(parts[-1]) < STRIDE:  # the segment's last record, shorter than STRIDE
-        parts[-1] = parts[-1].ljust(STRIDE, b"\0")
-    words = pa.Array.from_buffers(pa.int64(), 8 * n, [None, pa.py_buffer(b"".join(parts))])
-    rows = _steps(n, 8)
 
+    @functools.cache
+    def words() -> pa.Array:  # built only for columns other than node
+        parts = [data[p : p + STRIDE] for p in positions]
+        if len(parts[-1]) < STRIDE:  # the segment's last record, shorter than STRIDE
+            parts[-1] = parts[-1].ljust(STRIDE, b"\0")
+        return pa.Array.from_buffers(pa.int64(), 8 * n, [None, pa.py_buffer(b"".join(parts))])
+
+    @functools.cache
     def word(k: int) -> pa.Array:
-        return pc.take(words, pc.add(rows, k) if k else rows)
+        rows = _steps(n, 8, k)
+        return pc.take(words(), rows)
 
-    last = word(7)  # flags (low byte), signature length (next two), then other bytes
-    flags = pc.bit_wise_and(last, 0xFF)
+    def flags() -> pa.Array:  # word 7: flags (low byte), signature length (next two)
+        return pc.bit_wise_and(word(7), 0xFF)
+
     out: list[pa.Array] = []
     for name in columns:
         if name == "node":
             out.append(pa.repeat(pa.scalar(node, pa.int64()), n))
         elif name == "tag":
-            ooo = pc.not_equal(pc.bit_wise_and(flags, FLAG_OUT_OF_ORDER), 0)
+            ooo = pc.not_equal(pc.bit_wise_and(flags(), FLAG_OUT_OF_ORDER), 0)
             out.append(pc.if_else(ooo, "out-of-order", "in-order"))
         elif name in ("payload", "signature"):
-            siglen = pc.bit_wise_and(pc.shift_right(last, 8), 0xFFFF)
+            siglen = pc.bit_wise_and(pc.shift_right(word(7), 8), 0xFFFF)
             frame = pa.array(positions, pa.int64())
             sig = pc.add(frame, _SIG_AT)
             if name == "signature":  # NULL for a record without a signature
@@ -207,7 +224,7 @@ def decode(data: bytes, positions: list[int], node: int, columns: Sequence[str])
         else:
             values = word(_WORD[name])
             if name == "broadcast_at":
-                known = pc.not_equal(pc.bit_wise_and(flags, FLAG_HAS_BROADCAST), 0)
+                known = pc.not_equal(pc.bit_wise_and(flags(), FLAG_HAS_BROADCAST), 0)
                 values = pc.if_else(known, values, pa.scalar(None, pa.int64()))
             if name in _UNSIGNED and n and pc.min(values).as_py() < 0:
                 raise EptoError(
