@@ -40,6 +40,7 @@ from ._options import (
     parse_options,
     to_json,
 )
+from ._pushdown import Pushed, planned_with_pushdown
 
 try:  # Spark 4.2+: Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
@@ -240,6 +241,7 @@ class EptoBatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions, columns: Sequence[str]) -> None:
         self.options = options
         self.columns = tuple(columns)
+        self.pushed: Pushed | None = None
 
     def partitions(self) -> Sequence[EptoPartition]:
         opts = self.options
@@ -255,6 +257,8 @@ class EptoBatchReader(DataSourceReader):
                     f"offset {wanted[node]} (as the Kafka source, a read cannot go backwards)"
                 )
         end = {n: max(start[n], min(end[n], bounds[n][1])) for n in end}
+        if self.pushed is not None:
+            start, end = self.pushed.apply(start, end)
         parts = pack(opts.path, start, end, opts.max_records_per_partition, opts.min_partitions)
         return parts or [EptoPartition([])]
 
@@ -265,6 +269,17 @@ class EptoBatchReader(DataSourceReader):
             fail_on_data_loss=self.options.fail_on_data_loss,
             columns=self.columns,
         )
+
+
+class EptoFilteringReader(EptoBatchReader):
+    """A batch reader that takes filters on ``node`` and ``offset``
+    (:mod:`epto.spark._pushdown`); created only when Spark pushes filters."""
+
+    def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
+        self.pushed = Pushed()
+        for flt in filters:
+            if not self.pushed.take(flt):
+                yield flt
 
 
 class EptoStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -380,7 +395,8 @@ class EptoDataSource(DataSource):
         return SCHEMA_DDL
 
     def reader(self, schema: StructType) -> EptoBatchReader:
-        return EptoBatchReader(parse_options(self.options, streaming=False), columns_of(schema))
+        kind = EptoFilteringReader if planned_with_pushdown() else EptoBatchReader
+        return kind(parse_options(self.options, streaming=False), columns_of(schema))
 
     def streamReader(self, schema: StructType) -> EptoStreamReader:
         return EptoStreamReader(parse_options(self.options, streaming=True), columns_of(schema))
