@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from .._check import find_cycles
-from ..log import list_nodes, log_extent, node_directory
+from ..log import list_nodes, node_directory
 from ..log._broadcasts import MANIFEST
 from ..log._summary import (
     EXAMPLES,
@@ -35,6 +35,7 @@ from ..log._summary import (
     verdict_text,
     write_outputs,
 )
+from ._columnar import extent
 from ._session import register, session
 
 MISSING_SAMPLE_NODES = 100
@@ -91,8 +92,8 @@ def shuffle_partitions(root: str, parallelism: int) -> int:
     reads only each node's last segment."""
     records = 0
     for node in list_nodes(root):
-        extent = log_extent(node_directory(root, node))
-        records += max(extent.end, extent.durable_end or 0) - extent.first
+        held = extent(node_directory(root, node))
+        records += max(held.end, held.durable_end or 0) - held.first
     return max(1, parallelism, -(-records // ROWS_PER_SHUFFLE_PARTITION))
 
 

@@ -30,7 +30,7 @@ import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from .._errors import EptoError
 from ..log._manifest import read_manifest
-from ..log._reader import LogGapError, _load, _tail_lost, list_segments
+from ..log._reader import LogExtent, LogGapError, _load, _tail_lost, list_segments
 from ..log._segment import (
     BODY,
     FLAG_HAS_BROADCAST,
@@ -246,3 +246,65 @@ def first_at_or_after(node_dir: str | os.PathLike[str], micros: int) -> int | No
         if hit >= 0:
             return int(batch.column(0)[hit].as_py())
     return None
+
+
+LENGTH_INDEX = struct.Struct("<I4xQ")
+"""A frame's length, then (past the CRC) the body's index."""
+_CLOSED_ENDS: dict[tuple[str, int, int], int] = {}
+"""(path, size, mtime) of a closed last segment -> one past its last index,
+kept for the life of the process (the driver's stream reader plans every
+trigger; a closed segment never changes)."""
+_CLOSED_ENDS_MAX = 100_000
+
+
+def extent(node_dir: str | os.PathLike[str]) -> LogExtent:
+    """:func:`epto.log.log_extent`'s answer, sooner: in a closed last segment the
+    frames are followed by their lengths without checking their CRCs (a
+    damaged record there fails the read that meets it, with the same
+    :class:`LogCorruptError`), and its end is remembered while the file keeps
+    its size and modification time; the open segment's frames are checked,
+    since a bad frame ends what may be read of it."""
+    manifest = read_manifest(node_dir)  # before the listing, as log_extent does
+    durable = None if manifest is None else manifest.end
+    segments = list_segments(node_dir)
+    if not segments:
+        return LogExtent(first=0, end=0, durable_end=durable)
+    first, last = segments[0].first_index, segments[-1]
+    key = None
+    if last.closed:  # a closed segment never changes: its end is remembered
+        try:
+            stat = last.path.stat()
+        except FileNotFoundError:
+            pass  # deleted since the listing: read below, which raises
+        else:
+            key = (str(last.path), stat.st_size, stat.st_mtime_ns)
+            if key in _CLOSED_ENDS:
+                return LogExtent(first=first, end=_CLOSED_ENDS[key], durable_end=durable)
+    data, closed = _load(last)
+    end = last.first_index
+    size = len(data)
+    if not closed and size < HEADER_SIZE:
+        return LogExtent(first=first, end=end, durable_end=durable)
+    first_index = decode_header(data, str(last.path))[1]
+    if first_index != last.first_index:
+        raise LogCorruptError(f"{last.path}: header says first index {first_index}")
+    pos = HEADER_SIZE
+    if closed:
+        unpack = LENGTH_INDEX.unpack_from
+        while pos + 16 <= size:
+            length, index = unpack(data, pos)
+            stop = pos + 8 + length
+            if length < BODY.size or length > MAX_BODY or stop > size:
+                break
+            end, pos = index + 1, stop
+        if pos < size:
+            raise LogCorruptError(f"{last.path}: damaged record at byte {pos}")
+        if key is not None and key[1] == size:
+            if len(_CLOSED_ENDS) >= _CLOSED_ENDS_MAX:
+                _CLOSED_ENDS.clear()
+            _CLOSED_ENDS[key] = end
+    else:
+        for segment, positions in scan_frames(node_dir, last.first_index, skip_missing=True):
+            (index,) = struct.unpack_from("<Q", segment, positions[-1] + 8)
+            end = index + 1
+    return LogExtent(first=first, end=end, durable_end=durable)

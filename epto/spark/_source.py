@@ -26,8 +26,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from .._errors import ConfigurationError, EptoError
-from ..log import LogGapError, list_nodes, log_extent, node_directory
-from ._columnar import COLUMN_TYPES, decode, first_at_or_after, scan_frames
+from ..log import LogGapError, list_nodes, node_directory
+from ._columnar import COLUMN_TYPES, decode, extent, first_at_or_after, scan_frames
 from ._options import (
     EARLIEST,
     LATEST,
@@ -166,8 +166,8 @@ class _Planner:
         root = self.options.path
         out = {}
         for n in list_nodes(root):
-            extent = log_extent(node_directory(root, n))
-            out[n] = (extent.first, max(extent.end, extent.durable_end or 0))
+            held = extent(node_directory(root, n))
+            out[n] = (held.first, max(held.end, held.durable_end or 0))
         return out
 
     def resolve(

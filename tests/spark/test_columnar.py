@@ -12,8 +12,15 @@ from typing import Any
 import pytest
 
 from epto import ConfigurationError, EptoError
-from epto.log import DeliveryLogWriter, LogCorruptError, iter_raw, list_segments, read_log
-from epto.spark._columnar import COLUMN_TYPES, first_at_or_after, scan_frames
+from epto.log import (
+    DeliveryLogWriter,
+    LogCorruptError,
+    iter_raw,
+    list_segments,
+    log_extent,
+    read_log,
+)
+from epto.spark._columnar import COLUMN_TYPES, extent, first_at_or_after, scan_frames
 from epto.spark._source import EptoStreamReader, pack, read_ranges
 
 Row = tuple[Any, ...]
@@ -126,6 +133,23 @@ def test_errors_and_skips_match_iter_raw(tmp_path: Path, damage: str, skip: bool
         return out
 
     assert outcome(bulk) == python
+    assert outcome(lambda: extent(node_dir)) == outcome(lambda: log_extent(node_dir))
+
+
+@pytest.mark.parametrize("state", ["closed", "open", "torn open", "empty open", "no segments"])
+def test_extent_equals_log_extent(tmp_path: Path, state: str) -> None:
+    write_mixed(tmp_path, 5, 120)
+    node_dir = tmp_path / "5"
+    last = list_segments(node_dir)[-1]
+    if state != "closed":
+        data = last.path.read_bytes()
+        last.path.unlink()
+        cut = {"open": len(data), "torn open": len(data) - 2, "empty open": 10}.get(state)
+        if cut is not None:
+            last.path.with_suffix(".open").write_bytes(data[:cut])
+    held = extent(node_dir)
+    assert held == log_extent(node_dir)
+    assert held.end == {"closed": 120, "open": 120, "torn open": 119}.get(state, last.first_index)
 
 
 def test_first_record_at_or_after_a_time(tmp_path: Path) -> None:
