@@ -208,8 +208,9 @@ class _Planner:
         if found is not None:
             return found
         if name.startswith("starting") and self.options.timestamp_strategy == "error":
+            option = "startingTimestamp" if spec.every is not None else "startingOffsetsByTimestamp"
             raise ConfigurationError(
-                f"{name}: node {node} has no record delivered at or after {millis} ms "
+                f"{option}: node {node} has no record delivered at or after {millis} ms "
                 "(set startingOffsetsByTimestampStrategy=latest to start at its end)"
             )
         return end

@@ -263,3 +263,13 @@ def test_offsets_json_flat_or_nested_and_paths_absolute(
     ]
     with pytest.raises(ConfigurationError, match=f"{tmp_path / 'nope'} does not exist"):
         parse_options({"path": "nope"}, streaming=False)
+
+
+def test_a_stream_starts_at_a_time(tmp_path: Path) -> None:
+    from epto.spark._options import parse_options
+
+    write_mixed(tmp_path, 2, 400)  # delivered_at = 10**15 + 7 i microseconds
+    millis = 10**12 + 1  # 10**15 + 1000 microseconds: record 143 (7 * 143 = 1001) is first
+    opts = {"path": str(tmp_path), "startingTimestamp": str(millis)}
+    reader = EptoStreamReader(parse_options(opts, streaming=True))
+    assert reader.initialOffset() == {"2": 143}
