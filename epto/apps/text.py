@@ -180,10 +180,10 @@ class TextDocument(StateMachine):
         self.changes.append(Change(op=incoming, remote=True))
 
     def _collect(self) -> None:
-        horizon = self._horizon
-        recent = [ref for ref, heard in self._refs.values() if heard > self.version - horizon]
-        floor = max(min(recent, default=self.version), self.version - horizon)
-        for author in [a for a, (_, heard) in self._refs.items() if heard <= self.version - horizon]:
+        oldest = self.version - self._horizon
+        recent = [ref for ref, heard in self._refs.values() if heard > oldest]
+        floor = max(min(recent, default=self.version), oldest)
+        for author in [a for a, (_, heard) in self._refs.items() if heard <= oldest]:
             del self._refs[author]
         while self.floor < floor and self._history:
             self._history.popleft()

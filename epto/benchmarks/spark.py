@@ -10,6 +10,8 @@
 3. Spark reads the large log (every column, payloads included) and
    ``epto analyze`` runs on it; both are timed, as is ``epto check`` (Python)
    on the simulator-generated log.
+4. The large log is written as Parquet, and the same rows are read from both
+   (every column, one column, ``count()``), best of ``--repeats`` runs each.
 
 Wall-clock figures; on a shared machine they are noisy.
 """
@@ -17,11 +19,13 @@ Wall-clock figures; on a shared machine they are noisy.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--master", help="Spark master URL (default: local[2])")
     parser.add_argument("--keep", action="store_true", help="keep the logs")
     parser.add_argument("--skip-analyze", action="store_true")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="runs of each read in the comparison (best kept)"
+    )
 
 
 def simulate(root: Path, processes: int, events: int) -> float:
@@ -102,6 +109,94 @@ def tile(src: Path, dst: Path, tiles: int) -> int:
     return written
 
 
+def _tree_cpu(root_pid: int) -> float | None:
+    """CPU seconds (user + system, children included) of ``root_pid`` and its
+    descendants: the JVM and its Python workers. ``None`` without ``/proc``."""
+    stats: dict[int, tuple[int, float]] = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except FileNotFoundError:
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in entries:
+        try:
+            text = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        # After the name: state, ppid, ... utime (14th field), stime, cutime, cstime.
+        cpu = sum(int(f) for f in fields[11:15]) / tick
+        stats[int(entry)] = (int(fields[1]), cpu)
+    total, todo = 0.0, [root_pid]
+    while todo:
+        pid = todo.pop()
+        total += stats.get(pid, (0, 0.0))[1]
+        todo += [child for child, (parent, _) in stats.items() if parent == pid]
+    return total
+
+
+def compare_reads(spark: Any, logs: Path, parquet: Path, records: int, repeats: int) -> None:
+    """The same rows read from the logs and from Parquet: every column (a
+    ``noop`` write materialises them all), one column (``ts``), and
+    ``count()``: the best wall-clock time of ``repeats`` runs, and the median
+    CPU time of the Spark processes (the JVM and its Python workers, from
+    ``/proc``), steadier than wall time on a shared machine. The epto source
+    builds every column of its schema (Spark does not prune columns of Python
+    sources), so the last two are also timed with a schema of one column
+    given to the source."""
+    from pyspark.sql import functions as F
+
+    gateway = getattr(spark.sparkContext._gateway, "proc", None)
+    jvm = None if gateway is None else gateway.pid
+    epto_df = spark.read.format("epto").load(str(logs))
+    epto_df.write.mode("overwrite").parquet(str(parquet))
+    parquet_df = spark.read.parquet(str(parquet))
+    ts_only = spark.read.format("epto").schema("ts BIGINT").load(str(logs))
+    node_only = spark.read.format("epto").schema("node BIGINT").load(str(logs))
+    reads: list[tuple[str, Any, Callable[[Any], object]]] = [
+        ("all columns", epto_df, lambda df: df.write.format("noop").mode("overwrite").save()),
+        ("one column (ts)", epto_df, lambda df: df.agg(F.sum("ts")).first()),
+        ("  .schema(ts)", ts_only, lambda df: df.agg(F.sum("ts")).first()),
+        ("count()", epto_df, lambda df: df.count()),
+        ("  .schema(node)", node_only, lambda df: df.count()),
+    ]
+    print(
+        f"reads of the same {records:,} rows ({spark.sparkContext.master}): best wall time "
+        f"of {repeats}, median CPU time of the Spark processes"
+    )
+    for label, source_df, action in reads:
+        wall: dict[str, float] = {}
+        cpu: dict[str, float | None] = {}
+        for name, df in (("epto", source_df), ("parquet", parquet_df)):
+            times, cpus = [], []
+            for _ in range(repeats):
+                before = None if jvm is None else _tree_cpu(jvm)
+                started = time.perf_counter()
+                try:
+                    action(df)
+                except Exception as exc:  # e.g. a schema the source does not take
+                    print(f"  {label:16} {name}: failed ({type(exc).__name__})")
+                    break
+                times.append(time.perf_counter() - started)
+                after = None if jvm is None else _tree_cpu(jvm)
+                if before is not None and after is not None:
+                    cpus.append(after - before)
+            if not times:
+                break
+            wall[name] = min(times)
+            cpu[name] = sorted(cpus)[len(cpus) // 2] if cpus else None
+        if len(wall) < 2:
+            continue
+        line = (
+            f"  {label:16} wall: epto {wall['epto']:5.2f} s, parquet {wall['parquet']:5.2f} s "
+            f"({wall['epto'] / wall['parquet']:4.1f}x)"
+        )
+        e, q = cpu["epto"], cpu["parquet"]
+        if e is not None and q is not None:
+            line += f"   CPU: epto {e:5.2f} s, parquet {q:5.2f} s ({e / max(q, 0.01):4.1f}x)"
+        print(line)
+
+
 def run(args: argparse.Namespace) -> int:
     import epto.spark
     from epto.log import check_logs
@@ -140,6 +235,7 @@ def run(args: argparse.Namespace) -> int:
                 f"in {elapsed:.1f} s = {row['n'] / elapsed:,.0f} records/s "
                 f"({spark.sparkContext.master})"
             )
+        compare_reads(spark, big, work / "parquet", records, args.repeats)
         if not args.skip_analyze:
             for label, root in (("simulator log", sim), ("large log", big)):
                 result = analyze(root, spark=spark)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from typing import Any
 
@@ -16,7 +17,9 @@ def register(sub: Any) -> None:
         description=(
             "Verify total order, integrity and agreement of a directory of delivery logs and "
             "measure delivery delays on Apache Spark: local[2] bound to 127.0.0.1 by default, "
-            "a cluster with --master. Exit status 0 when safety holds, 1 when it is violated."
+            "a cluster with --master. Exit status 0 when safety holds, 1 when it is violated, "
+            "2 when the logs cannot be read (no such directory, no node's log in it, data "
+            "loss, damaged records, logs the executors cannot see)."
         ),
     )
     p.add_argument("logdir", help="directory holding one log directory per node")
@@ -26,10 +29,14 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+CANNOT_READ = 2
+"""Exit status when the logs cannot be read (1 is "safety violated")."""
+
+
 def run(args: argparse.Namespace) -> int:
     if not os.path.isdir(args.logdir):
         print(f"epto analyze: {args.logdir} is not a directory", file=sys.stderr)
-        return 2
+        return CANNOT_READ
     from epto.log import list_nodes
 
     if not list_nodes(args.logdir):
@@ -38,9 +45,34 @@ def run(args: argparse.Namespace) -> int:
             f"epto analyze: no delivery logs in {args.logdir} (one sub-directory per node)",
             file=sys.stderr,
         )
-        return 2
+        return CANNOT_READ
+    from pyspark.errors import PySparkException
+
+    from epto import EptoError
     from epto.spark._analyze import analyze, main_text
 
-    result = analyze(args.logdir, master=args.master, out=args.out)
+    try:
+        result = analyze(args.logdir, master=args.master, out=args.out)
+    except (EptoError, OSError, PySparkException) as exc:
+        print(f"epto analyze: cannot read {args.logdir}: {reason(exc)}", file=sys.stderr)
+        return CANNOT_READ
+    if not result["nodes"]:
+        # Nothing to judge is not a verdict: a wrong path must not read "ok".
+        print(
+            f"epto analyze: no delivery logs in {args.logdir} (one sub-directory per node)",
+            file=sys.stderr,
+        )
+        return CANNOT_READ
     print(json.dumps(result, sort_keys=True) if args.json else main_text(result))
     return 0 if result["ok"] else 1
+
+
+def reason(exc: BaseException) -> str:
+    """The epto error inside a Spark error (Spark wraps the Python worker's
+    traceback in its own message), else the message's first line."""
+    text = str(exc)
+    found = re.findall(r"epto\.[\w.]*?(\w+Error): (.+)", text)
+    if found:
+        kind, message = found[-1]
+        return f"{kind}: {message.strip()}"[:500]
+    return (text.strip().splitlines() or [type(exc).__name__])[0][:500]

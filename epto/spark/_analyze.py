@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from .._check import find_cycles
+from ..log import list_nodes, node_directory
 from ..log._broadcasts import MANIFEST
 from ..log._summary import (
     EXAMPLES,
@@ -34,9 +35,11 @@ from ..log._summary import (
     verdict_text,
     write_outputs,
 )
+from ._columnar import extent
 from ._session import register, session
 
 MISSING_SAMPLE_NODES = 100
+ROWS_PER_SHUFFLE_PARTITION = 1_000_000
 
 
 def analyze(
@@ -65,9 +68,14 @@ def analyze(
         spark = session(master, app_name="epto-analyze")
     else:
         register(spark)
+    root = os.path.abspath(logdir)
+    key = "spark.sql.shuffle.partitions"
+    before = spark.conf.get(key)
+    spark.conf.set(key, str(shuffle_partitions(root, spark.sparkContext.defaultParallelism)))
     try:
-        result, histogram = _run(spark, os.fspath(logdir))
+        result, histogram = _run(spark, root)
     finally:
+        spark.conf.set(key, before)
         if own:
             spark.stop()
     result["seconds"] = round(time.perf_counter() - started, 3)
@@ -76,12 +84,27 @@ def analyze(
     return result
 
 
+def shuffle_partitions(root: str, parallelism: int) -> int:
+    """Shuffle partitions for an analysis of ``root``: one per
+    :data:`ROWS_PER_SHUFFLE_PARTITION` records, at least the cluster's default
+    parallelism (Spark's own default, 200, is far too many for small logs and
+    too few for billions of records). Counted from the logs' extents, which
+    reads only each node's last segment."""
+    records = 0
+    for node in list_nodes(root):
+        held = extent(node_directory(root, node))
+        records += max(held.end, held.durable_end or 0) - held.first
+    return max(1, parallelism, -(-records // ROWS_PER_SHUFFLE_PARTITION))
+
+
 def _run(spark: Any, root: str) -> tuple[dict[str, Any], list[tuple[float, int]]]:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    cols = ["node", "index", "source", "seq", "ts", "tag", "delivered_at", "broadcast_at"]
-    base = spark.read.format("epto").load(root).select(*cols)
+    # Only these columns are decoded (a schema given to the source prunes the rest).
+    cols = "node BIGINT, offset BIGINT, source BIGINT, seq BIGINT, ts BIGINT, tag STRING, "
+    base = spark.read.format("epto").schema(cols + "delivered_at TIMESTAMP, broadcast_at TIMESTAMP")
+    base = base.load(root)
     base = base.persist(StorageLevel.MEMORY_AND_DISK)
     manifest_path = os.path.join(root, MANIFEST)
     manifest = None
@@ -189,7 +212,7 @@ def _order(base: Any, conflicts: int) -> dict[str, Any]:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    w = Window.partitionBy("node").orderBy("index")
+    w = Window.partitionBy("node").orderBy("offset")
     pairs = (
         base.filter(F.col("tag") == "in-order")
         .select(

@@ -1,13 +1,21 @@
 """Options of the ``epto`` Spark source, parsed without Spark.
 
+They follow the Kafka source's names and rules (docs/spark.md has the table).
 Offsets are delivery indices per node, written as JSON like the Kafka
-source's: ``{"3": 120, "4": -2}``; the index is the next record to read
-(offsets are exclusive ends), ``-2`` means earliest and ``-1`` latest.
+source's, either flat, ``{"3": 120, "4": -2}``, or nested under one name as
+Kafka nests partitions under a topic, ``{"logs": {"3": 120}}`` (the name is
+not checked). The index is the next record to read (offsets are exclusive
+ends), ``-2`` means earliest and ``-1`` latest. Timestamps are milliseconds
+since the Unix epoch, compared with ``delivered_at``.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
+import os
+import re
+import socket
 from collections.abc import Mapping
 
 import attrs
@@ -20,38 +28,131 @@ LATEST = -1
 Offsets = dict[int, int]
 """Node id -> delivery index (or EARLIEST / LATEST in a user's option)."""
 
+DEFAULT_MAX_RECORDS_PER_PARTITION = 250_000
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+
+OPTIONS = {
+    name.lower(): name
+    for name in (
+        "path",
+        "startingOffsets",
+        "endingOffsets",
+        "startingTimestamp",
+        "endingTimestamp",
+        "startingOffsetsByTimestamp",
+        "endingOffsetsByTimestamp",
+        "startingOffsetsByTimestampStrategy",
+        "maxOffsetsPerTrigger",
+        "minOffsetsPerTrigger",
+        "maxTriggerDelay",
+        "failOnDataLoss",
+        "minPartitions",
+        "maxRecordsPerPartition",
+    )
+}
+"""Every option the source knows (Spark passes keys lower-cased)."""
+BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
+STREAMING_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class ByTimestamp:
+    """Offsets given as times: per node, the first record delivered at or after
+    the node's time (``every`` for nodes not in ``per_node``)."""
+
+    every: int | None
+    """Milliseconds since the epoch for every node, or ``None``."""
+    per_node: Offsets = attrs.field(factory=dict)
+    """Node -> milliseconds since the epoch."""
+
+    def millis(self, node: int) -> int | None:
+        return self.per_node.get(node, self.every)
+
+
+Spec = str | Offsets | ByTimestamp
+"""``"earliest"``/``"latest"``, per-node indices, or times."""
+
 
 @attrs.frozen(kw_only=True, slots=True)
 class SourceOptions:
     path: str
-    starting: str | Offsets
-    """``"earliest"``, ``"latest"`` or per-node indices."""
-    ending: str | Offsets
-    """``"latest"`` or per-node indices (batch reads only)."""
+    """The log directory, absolute (resolved on the driver)."""
+    starting: Spec
+    ending: Spec
+    """``"latest"``, per-node indices or times (batch reads only)."""
+    timestamp_strategy: str
+    """``"error"`` or ``"latest"``: a starting time after a node's last record."""
     max_offsets_per_trigger: int | None
+    min_offsets_per_trigger: int | None
+    max_trigger_delay_ms: int
     fail_on_data_loss: bool
+    min_partitions: int | None
     max_records_per_partition: int
 
 
-def _offsets(name: str, text: str, words: tuple[str, ...]) -> str | Offsets:
-    word = text.strip().lower()
-    if word in words:
-        return word
+def _json_object(name: str, text: str) -> dict[str, int]:
+    """A flat ``{"<node>": int}`` object, or Kafka's ``{"<name>": {...}}``."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
-        raise ConfigurationError(
-            f"{name} must be one of {', '.join(words)} or a JSON object, got {text!r}"
-        ) from None
-    if not isinstance(data, dict):
-        raise ConfigurationError(f"{name} must be a JSON object of node -> index, got {text!r}")
-    out: Offsets = {}
+        raise ConfigurationError(f"{name}: not JSON: {text!r}") from None
+    if not isinstance(data, dict) or not data:
+        raise ConfigurationError(f"{name} must be a non-empty JSON object, got {text!r}")
+    if all(isinstance(v, dict) for v in data.values()):
+        if len(data) != 1:
+            raise ConfigurationError(
+                f"{name}: nested offsets name one log directory, got {sorted(data)}"
+            )
+        (data,) = data.values()
+    out: dict[str, int] = {}
     for key, value in data.items():
         if not str(key).isdigit() or not isinstance(value, int) or isinstance(value, bool):
-            raise ConfigurationError(f"{name}: bad entry {key!r}: {value!r}")
-        if value < EARLIEST:
-            raise ConfigurationError(f"{name}: index of node {key} must be >= -2, got {value}")
+            raise ConfigurationError(
+                f"{name}: bad entry {key!r}: {value!r} (want a node id and an integer)"
+            )
+        out[key] = value
+    return out
+
+
+def _offsets(name: str, text: str, words: tuple[str, ...], *, allowed: tuple[int, ...]) -> Spec:
+    word = text.strip().lower()
+    if word in words:
+        return word
+    if word in ("earliest", "latest"):
+        raise ConfigurationError(f"{name}={word} is not allowed for {_KIND[words]} reads")
+    if not text.strip().startswith("{"):
+        raise ConfigurationError(
+            f"{name} must be one of {', '.join(words)} or a JSON object, got {text!r}"
+        )
+    out: Offsets = {}
+    for key, value in _json_object(name, text).items():
+        if value < 0 and value not in allowed:
+            meaning = {EARLIEST: "earliest", LATEST: "latest"}.get(value)
+            why = f" ({meaning}) is not allowed here" if meaning else " must be >= 0"
+            raise ConfigurationError(f"{name}: node {key}: {value}{why}")
         out[int(key)] = value
+    return out
+
+
+_KIND = {("earliest",): "batch", ("latest",): "batch", ("earliest", "latest"): "streaming"}
+
+
+def _millis(name: str, text: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise ConfigurationError(
+            f"{name} must be milliseconds since the epoch, got {text!r}"
+        ) from None
+    if value < 0:
+        raise ConfigurationError(f"{name} must be >= 0, got {value}")
+    return value
+
+
+def _times(name: str, text: str) -> Offsets:
+    out: Offsets = {}
+    for key, value in _json_object(name, text).items():
+        out[int(key)] = _millis(f"{name} (node {key})", str(value))
     return out
 
 
@@ -72,36 +173,107 @@ def _positive(name: str, text: str) -> int:
     return value
 
 
+_UNITS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
+_UNITS["d"] = 24 * _UNITS["h"]
+
+
+def duration_ms(name: str, text: str) -> int:
+    """``"15m"``, ``"30s"``, ``"500ms"``, ``"2h"``, ``"1d"`` (no unit: ms), as Spark reads them."""
+    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", text.lower())
+    if match is None or match.group(2) not in ("", *_UNITS):
+        raise ConfigurationError(f"{name} must be a duration like 15m, 30s or 500ms, got {text!r}")
+    return int(match.group(1)) * _UNITS.get(match.group(2), 1)
+
+
+def absolute_path(path: str) -> str:
+    """``path`` made absolute where it is called (the driver); raises when it
+    does not exist there."""
+    full = os.path.abspath(os.path.expanduser(path))
+    if not os.path.isdir(full):
+        what = "is not a directory" if os.path.exists(full) else "does not exist"
+        raise ConfigurationError(
+            f"the epto source's path {full} {what} (on the driver, host {socket.gethostname()})"
+        )
+    return full
+
+
+def _check_names(opts: Mapping[str, str], *, streaming: bool) -> None:
+    for key in opts:
+        if key not in OPTIONS:
+            near = difflib.get_close_matches(key, list(OPTIONS), n=1, cutoff=0.6)
+            hint = f"; did you mean {OPTIONS[near[0]]}?" if near else ""
+            known = ", ".join(sorted(OPTIONS.values(), key=str.lower))
+            raise ConfigurationError(
+                f"unknown option {key!r} for the epto source{hint} (known: {known})"
+            )
+    wrong = STREAMING_ONLY if not streaming else BATCH_ONLY
+    for name in wrong:
+        if name.lower() in opts:
+            kind = "streaming" if not streaming else "batch"
+            raise ConfigurationError(f"{name} applies to {kind} reads only")
+
+
 def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     """Validate the reader's options (case-insensitive keys, as Spark passes them)."""
     opts = {k.lower(): v for k, v in options.items()}
+    _check_names(opts, streaming=streaming)
     path = opts.get("path")
     if not path:
         raise ConfigurationError("the epto source needs a path: .load(LOGDIR) or .option('path')")
-    starting = _offsets(
+    starting: Spec = _offsets(
         "startingOffsets",
         opts.get("startingoffsets", "latest" if streaming else "earliest"),
-        ("earliest", "latest"),
+        ("earliest", "latest") if streaming else ("earliest",),
+        allowed=(EARLIEST, LATEST) if streaming else (EARLIEST,),
     )
-    if streaming and "endingoffsets" in opts:
-        raise ConfigurationError("endingOffsets applies to batch reads only")
-    if not streaming and "maxoffsetspertrigger" in opts:
-        raise ConfigurationError("maxOffsetsPerTrigger applies to streaming reads only")
-    if not streaming and starting == "latest":
-        raise ConfigurationError("startingOffsets=latest is not allowed for batch reads")
-    ending = _offsets("endingOffsets", opts.get("endingoffsets", "latest"), ("latest",))
-    if isinstance(ending, dict) and EARLIEST in ending.values():
-        raise ConfigurationError("endingOffsets: -2 (earliest) is not allowed")
-    limit = opts.get("maxoffsetspertrigger")
+    if "startingtimestamp" in opts:  # Kafka's precedence: the single time first
+        starting = ByTimestamp(every=_millis("startingTimestamp", opts["startingtimestamp"]))
+    elif "startingoffsetsbytimestamp" in opts:
+        per_node = _times("startingOffsetsByTimestamp", opts["startingoffsetsbytimestamp"])
+        starting = ByTimestamp(every=None, per_node=per_node)
+    ending: Spec = _offsets(
+        "endingOffsets", opts.get("endingoffsets", "latest"), ("latest",), allowed=(LATEST,)
+    )
+    if "endingtimestamp" in opts:
+        ending = ByTimestamp(every=_millis("endingTimestamp", opts["endingtimestamp"]))
+    elif "endingoffsetsbytimestamp" in opts:
+        per_node = _times("endingOffsetsByTimestamp", opts["endingoffsetsbytimestamp"])
+        ending = ByTimestamp(every=None, per_node=per_node)
+    strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise ConfigurationError(
+            f"startingOffsetsByTimestampStrategy must be error or latest, got {strategy!r}"
+        )
+
+    def positive(name: str) -> int | None:
+        text = opts.get(name.lower())
+        return None if text is None else _positive(name, text)
+
+    max_per_trigger = positive("maxOffsetsPerTrigger")
+    min_per_trigger = positive("minOffsetsPerTrigger")
+    if min_per_trigger and max_per_trigger and min_per_trigger > max_per_trigger:
+        raise ConfigurationError(
+            f"minOffsetsPerTrigger ({min_per_trigger}) is above "
+            f"maxOffsetsPerTrigger ({max_per_trigger})"
+        )
+    delay = opts.get("maxtriggerdelay")
+    max_delay = DEFAULT_MAX_TRIGGER_DELAY_MS
+    if delay is not None:
+        max_delay = duration_ms("maxTriggerDelay", delay)
+    fail_on_data_loss = _bool("failOnDataLoss", opts.get("failondataloss", "true"))
+    min_partitions = positive("minPartitions")
+    per_partition = positive("maxRecordsPerPartition") or DEFAULT_MAX_RECORDS_PER_PARTITION
     return SourceOptions(
-        path=path,
+        path=absolute_path(path),  # last: a bad option is named even with a wrong path
         starting=starting,
         ending=ending,
-        max_offsets_per_trigger=None if limit is None else _positive("maxOffsetsPerTrigger", limit),
-        fail_on_data_loss=_bool("failOnDataLoss", opts.get("failondataloss", "true")),
-        max_records_per_partition=_positive(
-            "maxRecordsPerPartition", opts.get("maxrecordsperpartition", "1000000")
-        ),
+        timestamp_strategy=strategy,
+        max_offsets_per_trigger=max_per_trigger,
+        min_offsets_per_trigger=min_per_trigger,
+        max_trigger_delay_ms=max_delay,
+        fail_on_data_loss=fail_on_data_loss,
+        min_partitions=min_partitions,
+        max_records_per_partition=per_partition,
     )
 
 

@@ -29,7 +29,10 @@ def worker_settings() -> dict[str, str]:
     """
     python = os.environ.get("PYSPARK_PYTHON") or sys.executable
     settings = {"spark.pyspark.python": python}
-    home = str(Path(__file__).resolve().parent.parent.parent)
+    # Not resolved: an editable install in strict mode links each file from a
+    # build tree (epto/transports among them) to the checkout, and the
+    # workers must import the tree the driver imports, not the checkout.
+    home = os.path.abspath(Path(__file__).parent.parent.parent)
     sites = {str(Path(p).resolve()) for p in [*site.getsitepackages(), site.getusersitepackages()]}
     if home not in sites:
         rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != home]

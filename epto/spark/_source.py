@@ -2,13 +2,18 @@
 
 A PySpark 4 Python data source over a directory of delivery logs (one
 sub-directory per node, see :mod:`epto.log`). Offsets are delivery indices
-per node, ``{"<node>": <next index>}``, and the options are shaped like the
-Kafka source's. docs/spark.md lists them with their semantics.
+per node, ``{"<node>": <next index>}``, and the options are Kafka's
+(:mod:`epto.spark._options`). Reads are columnar (:mod:`epto.spark._columnar`):
+Arrow batches built in bulk from segment bytes, with only the columns of the
+schema the reader was given. docs/spark.md lists the options and semantics.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import os
+import socket
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -20,19 +25,22 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from .._errors import EptoError
-from ..log import LogGapError, iter_raw, list_nodes, log_extent, node_directory
-from ..log._segment import FLAG_HAS_BROADCAST, FLAG_OUT_OF_ORDER
+from .._errors import ConfigurationError, EptoError
+from ..log import LogGapError, list_nodes, node_directory
+from ._columnar import COLUMN_TYPES, decode, extent, first_at_or_after, scan_frames
 from ._options import (
     EARLIEST,
     LATEST,
+    ByTimestamp,
     Offsets,
     SourceOptions,
+    Spec,
     from_json,
     limit_offsets,
     parse_options,
     to_json,
 )
+from ._pushdown import Pushed, planned_with_pushdown
 
 try:  # Spark 4.2+: Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
@@ -43,25 +51,16 @@ except ImportError:  # pragma: no cover - Spark 4.0 / 4.1
 
 
 SCHEMA_DDL = (
-    "node BIGINT, index BIGINT, source BIGINT, seq BIGINT, ts BIGINT, tag STRING, "
-    "payload BINARY, delivered_at TIMESTAMP, broadcast_at TIMESTAMP"
+    "node BIGINT, offset BIGINT, source BIGINT, seq BIGINT, ts BIGINT, tag STRING, "
+    "payload BINARY, delivered_at TIMESTAMP, broadcast_at TIMESTAMP, signature BINARY"
 )
 """The rows' schema; ``payload`` plays the part of Kafka's ``value``."""
 
-ARROW_SCHEMA = pa.schema(
-    [
-        ("node", pa.int64()),
-        ("index", pa.int64()),
-        ("source", pa.int64()),
-        ("seq", pa.int64()),
-        ("ts", pa.int64()),
-        ("tag", pa.string()),
-        ("payload", pa.binary()),
-        ("delivered_at", pa.timestamp("us", tz="UTC")),
-        ("broadcast_at", pa.timestamp("us", tz="UTC")),
-    ]
-)
+ARROW_SCHEMA = pa.schema(list(COLUMN_TYPES.items()))
 BATCH_ROWS = 65536
+
+Range = tuple[str, int, int, int]
+"""``(node_dir, node, start, end)``: records ``start <= index < end`` of one node."""
 
 
 class DataLossError(EptoError):
@@ -71,69 +70,83 @@ class DataLossError(EptoError):
 class EptoPartition(InputPartition):
     """Ranges ``(node_dir, node, start, end)`` that one Spark task reads."""
 
-    def __init__(self, ranges: Sequence[tuple[str, int, int, int]]) -> None:
+    def __init__(self, ranges: Sequence[Range]) -> None:
         super().__init__(tuple(ranges))
         self.ranges = tuple(ranges)
 
 
+def columns_of(schema: StructType | None) -> tuple[str, ...]:
+    """The columns to produce: the source's schema, or the subset a user gave
+    with ``.schema(...)`` (same names and types, any order)."""
+    if schema is None:
+        return tuple(COLUMN_TYPES)
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    out = []
+    for field in schema.fields:
+        want = COLUMN_TYPES.get(field.name)
+        if want is None or to_arrow_type(field.dataType, timezone="UTC") != want:
+            raise ConfigurationError(
+                f"the epto source has no column {field.name} {field.dataType.simpleString()}; "
+                f"a schema given to it must take its columns from: {SCHEMA_DDL}"
+            )
+        out.append(field.name)
+    return tuple(out)
+
+
 def read_ranges(
-    ranges: Sequence[tuple[str, int, int, int]], *, fail_on_data_loss: bool = True
+    ranges: Sequence[Range],
+    *,
+    fail_on_data_loss: bool = True,
+    columns: Sequence[str] = tuple(COLUMN_TYPES),
 ) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of the rows in ``ranges``, in index order per node.
+    """Arrow batches of ``columns`` of the rows in ``ranges``, in index order per node.
 
     With ``fail_on_data_loss``, a missing index in a range raises
     :class:`DataLossError`; without it, every record of the range that exists is
-    read and the missing ones are skipped (whatever the range's bounds).
+    read and the missing ones are skipped (whatever the range's bounds). A node
+    directory this host cannot see raises :class:`EptoError` naming it.
     """
-    tags = ("in-order", "out-of-order")
     for node_dir, node, start, end in ranges:
-        cols: list[list[Any]] = [[] for _ in range(8)]
-        index_c, source_c, seq_c, ts_c, tag_c, payload_c, delivered_c, broadcast_c = cols
+        if not os.path.isdir(node_dir):
+            raise EptoError(
+                f"{node_dir} is not visible on host {socket.gethostname()}: executors read the "
+                "logs at the driver's absolute path (use a file system shared by every worker)"
+            )
         try:
-            for index, source, seq, ts, delivered, broadcast, flags, _sig, payload in iter_raw(
+            for data, positions in scan_frames(
                 node_dir, start, end, skip_missing=not fail_on_data_loss
             ):
-                index_c.append(index)
-                source_c.append(source)
-                seq_c.append(seq)
-                ts_c.append(ts)
-                tag_c.append(tags[flags & FLAG_OUT_OF_ORDER])
-                payload_c.append(payload)
-                delivered_c.append(delivered)
-                broadcast_c.append(broadcast if flags & FLAG_HAS_BROADCAST else None)
-                if len(index_c) >= BATCH_ROWS:
-                    yield _batch(node, cols)
-                    for c in cols:
-                        c.clear()
+                batch = decode(data, positions, node, columns)
+                for at in range(0, batch.num_rows, BATCH_ROWS):
+                    yield batch.slice(at, BATCH_ROWS)
         except LogGapError as exc:  # only raised with fail_on_data_loss
             raise DataLossError(f"{exc} (set failOnDataLoss=false to skip)") from exc
-        if index_c:
-            yield _batch(node, cols)
 
 
-def _batch(node: int, cols: list[list[Any]]) -> pa.RecordBatch:
-    n = len(cols[0])
-    arrays = [pa.array([node] * n, pa.int64())]
-    arrays += [pa.array(c, t) for c, t in zip(cols, ARROW_SCHEMA.types[1:], strict=True)]
-    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
-
-
-def pack(root: str, start: Offsets, end: Offsets, max_records: int) -> list[EptoPartition]:
-    """Split ``[start[n], end[n])`` per node into partitions of at most ``max_records``."""
+def pack(
+    root: str, start: Offsets, end: Offsets, max_records: int, min_partitions: int | None = None
+) -> list[EptoPartition]:
+    """Split ``[start[n], end[n])`` per node into even partitions: at least
+    ``min_partitions``, none above ``max_records`` offsets; ranges of several
+    nodes share a partition."""
+    total = sum(max(0, end[n] - start[n]) for n in end)
+    count = max(min_partitions or 1, -(-total // max_records))
+    size = max(1, -(-total // count))
     parts: list[EptoPartition] = []
-    current: list[tuple[str, int, int, int]] = []
-    size = 0
+    current: list[Range] = []
+    used = 0
     for node in sorted(end):
         lo, hi = start[node], end[node]
         node_dir = str(node_directory(root, node))
         while lo < hi:
-            take = min(hi - lo, max_records - size)
+            take = min(hi - lo, size - used)
             current.append((node_dir, node, lo, lo + take))
-            size += take
+            used += take
             lo += take
-            if size >= max_records:
+            if used >= size:
                 parts.append(EptoPartition(current))
-                current, size = [], 0
+                current, used = [], 0
     if current:
         parts.append(EptoPartition(current))
     return parts
@@ -153,15 +166,28 @@ class _Planner:
         root = self.options.path
         out = {}
         for n in list_nodes(root):
-            extent = log_extent(node_directory(root, n))
-            out[n] = (extent.first, max(extent.end, extent.durable_end or 0))
+            held = extent(node_directory(root, n))
+            out[n] = (held.first, max(held.end, held.durable_end or 0))
         return out
 
     def resolve(
-        self, spec: str | Offsets, bounds: dict[int, tuple[int, int]], *, default: int
+        self, name: str, spec: Spec, bounds: dict[int, tuple[int, int]], *, default: int
     ) -> Offsets:
+        """Per-node offsets for every node of ``bounds``; ``default`` for nodes
+        that ``spec`` does not name. Names of nodes without a log raise."""
+        named = spec.per_node if isinstance(spec, ByTimestamp) else spec
+        if isinstance(named, dict):
+            unknown = sorted(set(named) - set(bounds))
+            if unknown:
+                raise ConfigurationError(
+                    f"{name} names node(s) {unknown} with no log under {self.options.path} "
+                    f"(nodes there: {sorted(bounds) or 'none'})"
+                )
         out = {}
         for node, (first, end) in bounds.items():
+            if isinstance(spec, ByTimestamp):
+                out[node] = self._by_time(name, spec, node, first, end, default)
+                continue
             if spec == "earliest":
                 want = EARLIEST
             elif spec == "latest":
@@ -171,6 +197,23 @@ class _Planner:
                 want = spec.get(node, default)
             out[node] = first if want == EARLIEST else end if want == LATEST else want
         return out
+
+    def _by_time(
+        self, name: str, spec: ByTimestamp, node: int, first: int, end: int, default: int
+    ) -> int:
+        millis = spec.millis(node)
+        if millis is None:
+            return first if default == EARLIEST else end
+        found = first_at_or_after(node_directory(self.options.path, node), millis * 1000)
+        if found is not None:
+            return found
+        if name.startswith("starting") and self.options.timestamp_strategy == "error":
+            option = "startingTimestamp" if spec.every is not None else "startingOffsetsByTimestamp"
+            raise ConfigurationError(
+                f"{option}: node {node} has no record delivered at or after {millis} ms "
+                "(set startingOffsetsByTimestampStrategy=latest to start at its end)"
+            )
+        return end
 
     def check_start(self, start: Offsets, bounds: dict[int, tuple[int, int]]) -> Offsets:
         """Start offsets moved past data that is gone, or an error."""
@@ -188,36 +231,79 @@ class _Planner:
         return out
 
 
+def _explicit(spec: Spec, node: int) -> bool:
+    """Whether ``spec`` names an offset or a time for ``node`` (not "latest")."""
+    if isinstance(spec, ByTimestamp):
+        return spec.millis(node) is not None
+    return isinstance(spec, dict) and spec.get(node, LATEST) != LATEST
+
+
 class EptoBatchReader(DataSourceReader):
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, columns: Sequence[str]) -> None:
         self.options = options
+        self.columns = tuple(columns)
+        self.pushed: Pushed | None = None
 
     def partitions(self) -> Sequence[EptoPartition]:
-        planner = _Planner(self.options)
+        opts = self.options
+        planner = _Planner(opts)
         bounds = planner.bounds()
-        start = planner.check_start(
-            planner.resolve(self.options.starting, bounds, default=EARLIEST), bounds
-        )
-        end = planner.resolve(self.options.ending, bounds, default=LATEST)
+        wanted = planner.resolve("startingOffsets", opts.starting, bounds, default=EARLIEST)
+        start = planner.check_start(wanted, bounds)
+        end = planner.resolve("endingOffsets", opts.ending, bounds, default=LATEST)
+        for node in sorted(end):
+            if _explicit(opts.ending, node) and end[node] < wanted[node]:
+                raise ConfigurationError(
+                    f"node {node}: the ending offset {end[node]} is before the starting "
+                    f"offset {wanted[node]} (as the Kafka source, a read cannot go backwards)"
+                )
         end = {n: max(start[n], min(end[n], bounds[n][1])) for n in end}
-        parts = pack(self.options.path, start, end, self.options.max_records_per_partition)
+        if self.pushed is not None:
+            start, end = self.pushed.apply(start, end)
+        parts = pack(opts.path, start, end, opts.max_records_per_partition, opts.min_partitions)
         return parts or [EptoPartition([])]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, EptoPartition)
-        return read_ranges(partition.ranges, fail_on_data_loss=self.options.fail_on_data_loss)
+        return read_ranges(
+            partition.ranges,
+            fail_on_data_loss=self.options.fail_on_data_loss,
+            columns=self.columns,
+        )
+
+
+class EptoFilteringReader(EptoBatchReader):
+    """A batch reader that takes filters on ``node`` and ``offset``
+    (:mod:`epto.spark._pushdown`); created only when Spark pushes filters."""
+
+    def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
+        self.pushed = Pushed()
+        for flt in filters:
+            if not self.pushed.take(flt):
+                yield flt
 
 
 class EptoStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(
+        self,
+        options: SourceOptions,
+        columns: Sequence[str] = tuple(COLUMN_TYPES),
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.options = options
+        self.columns = tuple(columns)
         self._planner = _Planner(options)
         self._cursor: Offsets | None = None
         self._target: Offsets | None = None
+        self._clock = clock
+        self._last_trigger: float | None = None
 
     def initialOffset(self) -> dict[str, int]:
         bounds = self._planner.bounds()
-        start = self._planner.resolve(self.options.starting, bounds, default=EARLIEST)
+        start = self._planner.resolve(
+            "startingOffsets", self.options.starting, bounds, default=EARLIEST
+        )
         self._cursor = start
         return to_json(start)
 
@@ -246,10 +332,29 @@ class EptoStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         avail = {n: max(end, begin[n]) for n, (_, end) in bounds.items()}
         if self._target is not None:
             avail = {n: max(begin[n], min(avail[n], self._target.get(n, begin[n]))) for n in avail}
+        elif self._delay(sum(avail[n] - begin[n] for n in avail)):
+            return to_json(given)  # fewer than minOffsetsPerTrigger: no micro-batch yet
         end = avail if max_rows is None else limit_offsets(begin, avail, max_rows)
         result = {**given, **end}  # nodes whose directory vanished keep their offsets
         self._cursor = result
         return to_json(result)
+
+    def _delay(self, backlog: int) -> bool:
+        """Kafka's ``minOffsetsPerTrigger``: wait while fewer records are available,
+        unless ``maxTriggerDelay`` passed since the last micro-batch was planned.
+        ``trigger(availableNow=True)`` never waits."""
+        least = self.options.min_offsets_per_trigger
+        if least is None or backlog == 0:
+            return False
+        now = self._clock()
+        overdue = (
+            self._last_trigger is None
+            or (now - self._last_trigger) * 1000 >= self.options.max_trigger_delay_ms
+        )
+        if backlog < least and not overdue:
+            return True
+        self._last_trigger = now
+        return False
 
     def reportLatestOffset(self) -> dict[str, int]:
         return to_json({n: end for n, (_, end) in self._planner.bounds().items()})
@@ -261,18 +366,27 @@ class EptoStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first = {n: begin.get(n, bounds.get(n, (0, 0))[0]) for n in stop}
         first = self._planner.check_start(first, bounds)
         stop = {n: max(first[n], stop[n]) for n in stop}
-        return pack(self.options.path, first, stop, self.options.max_records_per_partition)
+        opts = self.options
+        return pack(opts.path, first, stop, opts.max_records_per_partition, opts.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, EptoPartition)
-        return read_ranges(partition.ranges, fail_on_data_loss=self.options.fail_on_data_loss)
+        return read_ranges(
+            partition.ranges,
+            fail_on_data_loss=self.options.fail_on_data_loss,
+            columns=self.columns,
+        )
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to release: logs are never deleted by the reader."""
 
 
 class EptoDataSource(DataSource):
-    """The ``epto`` format: delivery logs as rows (schema :data:`SCHEMA_DDL`)."""
+    """The ``epto`` format: delivery logs as rows (schema :data:`SCHEMA_DDL`).
+
+    ``.schema("node BIGINT, offset BIGINT")`` (any subset of the columns) reads
+    only those columns: Spark's Python data sources do not prune columns
+    themselves, so this is how a query skips decoding payloads."""
 
     @classmethod
     def name(cls) -> str:
@@ -282,7 +396,8 @@ class EptoDataSource(DataSource):
         return SCHEMA_DDL
 
     def reader(self, schema: StructType) -> EptoBatchReader:
-        return EptoBatchReader(parse_options(self.options, streaming=False))
+        kind = EptoFilteringReader if planned_with_pushdown() else EptoBatchReader
+        return kind(parse_options(self.options, streaming=False), columns_of(schema))
 
     def streamReader(self, schema: StructType) -> EptoStreamReader:
-        return EptoStreamReader(parse_options(self.options, streaming=True))
+        return EptoStreamReader(parse_options(self.options, streaming=True), columns_of(schema))

@@ -148,7 +148,7 @@ def test_stream_offsets_never_pass_unread_records(tmp_path: Path) -> None:
                 for part in reader.partitions(start, end)
                 for b in reader.read(part)
                 for node, index in zip(
-                    b.column("node").to_pylist(), b.column("index").to_pylist(), strict=True
+                    b.column("node").to_pylist(), b.column("offset").to_pylist(), strict=True
                 )
             }
             between = {(n, i) for n, i in want if start.get(str(n), 0) <= i < end[str(n)]}

@@ -12,7 +12,9 @@ import pytest
 import epto
 from epto.spark import worker_settings
 
-HOME = str(Path(epto.__file__).resolve().parent.parent)
+HOME = os.path.abspath(Path(epto.__file__).parent.parent)
+"""Where ``epto`` is imported from, links not followed (an editable install
+in strict mode links every file of a build tree to the checkout)."""
 
 
 def test_workers_run_this_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:

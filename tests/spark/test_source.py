@@ -39,7 +39,7 @@ def rows(df: Any) -> set[tuple[Any, ...]]:
 
     out = df.select(
         "node",
-        "index",
+        "offset",
         "source",
         "seq",
         "ts",
@@ -82,7 +82,7 @@ def test_batch_read_equals_what_was_written(spark: Any, tmp_path: Path) -> None:
         .option("endingOffsets", json.dumps({"1": 9, "3": 0}))
         .load(str(tmp_path))
     )
-    got = {(r["node"], r["index"]) for r in part.select("node", "index").collect()}
+    got = {(r["node"], r["offset"]) for r in part.select("node", "offset").collect()}
     want = {(0, i) for i in range(25)} | {(1, i) for i in range(5, 9)} | {(2, i) for i in range(25)}
     assert got == want
 
