@@ -22,11 +22,12 @@ Rules:
   and kept in the history. One with ``ref`` below ``floor``, or above
   ``version``, is refused (``"stale"``) at every replica alike.
 * **Local edits show at once**: the local view is the confirmed text plus the
-  author's pending operations. An author has at most one operation in the
-  total order at a time; the others wait in order and are rebased over each
-  remote operation as it is applied (the same transformation the delivery
-  applies), so that the local view always equals what the group will agree on
-  once they are delivered.
+  author's pending edits. An author has at most one operation in the total
+  order at a time, carrying every edit pending when it was sent (up to
+  :data:`MAX_EDITS`); the edits made meanwhile wait for it to be applied.
+  Pending edits are rebased over each remote operation as it is applied (the
+  same transformation the delivery applies), so the local view always equals
+  what the group will agree on once they are delivered.
 * **History collection**: the history keeps the operations at or above
   ``floor``, the least ``ref`` among the authors heard in the last
   ``horizon`` operations, and never more than ``horizon`` operations (an
@@ -44,14 +45,17 @@ import attrs
 from ..rsm import StateMachine, replicated
 from ._ot import Delete, Edit, Insert, Operation, apply, transform
 
+MAX_EDITS = 1024
+"""Most edits one operation carries (what is pending beyond waits its turn)."""
+
 
 def _encode(op: Operation) -> list[list[Any]]:
     return [["i", e.pos, e.text] if isinstance(e, Insert) else ["d", e.pos, e.length] for e in op]
 
 
 def _decode(raw: Any, limit: int) -> Operation:
-    if not isinstance(raw, list) or len(raw) > 64:
-        raise ValueError("an operation is a list of at most 64 edits")
+    if not isinstance(raw, list) or len(raw) > MAX_EDITS:
+        raise ValueError(f"an operation is a list of at most {MAX_EDITS} edits")
     out: list[Edit] = []
     for item in raw:
         if not isinstance(item, list) or len(item) != 3 or item[0] not in ("i", "d"):
@@ -119,10 +123,15 @@ class TextDocument(StateMachine):
         self._send_next()
 
     def _send_next(self) -> None:
-        if self._in_flight is None and self._pending:
-            self._seq += 1
-            self._in_flight = (self._seq, self.version)
-            self._outbox.append((self.author, self._seq, self.version, _encode(self._pending[0])))
+        """Send what is pending as one operation, unless one is in the order."""
+        if self._in_flight is not None or not self._pending:
+            return
+        edits = [edit for op in self._pending for edit in op]
+        batch, rest = tuple(edits[:MAX_EDITS]), tuple(edits[MAX_EDITS:])
+        self._pending = deque([batch, rest] if rest else [batch])
+        self._seq += 1
+        self._in_flight = (self._seq, self.version)
+        self._outbox.append((self.author, self._seq, self.version, _encode(batch)))
 
     def take_outgoing(self) -> list[tuple[int, int, int, list[list[Any]]]]:
         """Commands to submit (``edit`` arguments), oldest first."""

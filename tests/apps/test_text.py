@@ -1,0 +1,155 @@
+"""The replicated text document: random concurrent edit schedules of 2 to 10
+authors converge on both engines in the virtual-time network, local edits
+show at once, and each author's intention holds in the classic cases."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from epto.transports.simulation import Cluster, SimulationObserver, TokenRingCluster
+
+from epto import Config, Delivery, Event, ProcessId
+from epto.apps._ot import Delete, Insert
+from epto.apps.text import TextDocument, transform_position
+from epto.rsm import JsonCodec, Replica
+from epto.tokenring import TokenRingConfig
+
+CODEC = JsonCodec()
+
+
+class Authors(SimulationObserver):
+    """One document per process; what a document wants to send is broadcast
+    by its process at once."""
+
+    def __init__(self, cluster: Cluster, n: int) -> None:
+        self.cluster = cluster
+        self.docs = {p: TextDocument(p, horizon=50) for p in range(n)}
+        self.replicas = {p: Replica(doc) for p, doc in self.docs.items()}
+
+    def on_delivery(self, pid: ProcessId, delivery: Delivery, now: float) -> None:
+        applied = self.replicas[pid].deliver(delivery)
+        assert applied is None or applied.result == "ok", applied
+        self.flush(pid)
+
+    def flush(self, pid: ProcessId) -> None:
+        for args in self.docs[pid].take_outgoing():
+            self.cluster.broadcast(pid, CODEC.encode("edit", args))
+
+
+def _random_edit(rng: random.Random, text: str) -> tuple[Insert | Delete, ...]:
+    if text and rng.random() < 0.4:
+        pos = rng.randrange(len(text))
+        return (Delete(pos, rng.randint(1, min(4, len(text) - pos))),)
+    pos = rng.randint(0, len(text))
+    return (Insert(pos, rng.choice(["a", "bc", "def", "Z", " "])),)
+
+
+def _cases() -> list[tuple[str, int, int]]:
+    rng = random.Random(7)
+    return [
+        (engine, rng.randint(2, 10), seed) for seed in range(6) for engine in ("token-ring", "epto")
+    ]
+
+
+@pytest.mark.parametrize(("engine", "n", "seed"), _cases())
+def test_random_concurrent_edits_converge(engine: str, n: int, seed: int) -> None:
+    rng = random.Random(seed)
+    if engine == "token-ring":
+        cluster: Cluster = TokenRingCluster(n, TokenRingConfig(), seed=seed, delay=(0.001, 0.02))
+        unit = 1.0
+    else:
+        cluster = Cluster(n, seed=seed, config=Config.for_group(n))
+        unit = cluster.round_interval * 10
+    authors = Authors(cluster, n)
+    cluster.add_observer(authors)
+    t = 0.0
+    for _ in range(40 * n):
+        t += rng.expovariate(60.0 / unit)
+        pid = rng.randrange(n)
+
+        def type_one(pid: ProcessId = pid, draw: float = rng.random()) -> None:
+            edit_rng = random.Random(draw)
+            doc = authors.docs[pid]
+            before = doc.view
+            op = _random_edit(edit_rng, before)
+            doc.local_edit(op)
+            assert doc.view != before or not op  # shown at once
+            authors.flush(pid)
+
+        cluster.call_at(t, type_one)
+    cluster.run_until(t + 10 * unit)
+    texts = {doc.text for doc in authors.docs.values()}
+    assert len(texts) == 1, texts
+    for doc in authors.docs.values():
+        assert doc.pending() == 0 and doc.view == doc.text
+        assert doc.version == authors.docs[0].version
+        assert doc.history_size() <= 50 + n
+
+
+def _deliver(docs: list[TextDocument], commands: list[tuple[int, int, int, object]]) -> None:
+    replicas = [Replica(doc) for doc in docs]
+    for i, args in enumerate(commands):
+        delivery = Delivery(
+            event=Event(source=args[0], seq=args[1], ts=i + 1, payload=CODEC.encode("edit", args))
+        )
+        for replica in replicas:
+            assert replica.deliver(delivery) is not None
+
+
+def _two(text: str) -> list[TextDocument]:
+    docs = [TextDocument(1), TextDocument(2)]
+    setup = docs[0]
+    setup.local_edit((Insert(0, text),))
+    _deliver(docs, setup.take_outgoing())
+    return docs
+
+
+def test_concurrent_inserts_at_one_position_follow_the_order() -> None:
+    a, b = _two("xxxx")
+    a.local_edit((Insert(2, "AA"),))
+    b.local_edit((Insert(2, "BB"),))
+    assert (a.view, b.view) == ("xxAAxx", "xxBBxx")  # each sees its own at once
+    _deliver([a, b], a.take_outgoing() + b.take_outgoing())
+    assert a.text == b.text == a.view == b.view == "xxAABBxx"
+
+
+def test_an_insert_inside_a_range_deleted_concurrently_survives() -> None:
+    a, b = _two("abcdefg")
+    a.local_edit((Delete(1, 4),))
+    b.local_edit((Insert(3, "NEW"),))
+    _deliver([a, b], a.take_outgoing() + b.take_outgoing())
+    assert a.text == b.text == "aNEWfg"
+
+
+def test_overlapping_deletes_delete_the_overlap_once() -> None:
+    a, b = _two("abcdefghij")
+    a.local_edit((Delete(1, 4),))
+    b.local_edit((Delete(3, 4),))
+    _deliver([a, b], b.take_outgoing() + a.take_outgoing())
+    assert a.text == b.text == "ahij"
+
+
+def test_pending_edits_are_rebased_over_remote_ones_and_sent_in_turn() -> None:
+    a, b = _two("hello")
+    a.local_edit((Insert(5, " world"),))
+    a.local_edit((Insert(0, ">"),))  # waits: one operation of a's in the order at a time
+    first = a.take_outgoing()
+    assert len(first) == 1
+    b.local_edit((Insert(0, "[b]"),))
+    _deliver([a, b], b.take_outgoing())
+    assert a.view == "[b]>hello world"  # a's pending edits rebased over b's
+    _deliver([a, b], first)
+    second = a.take_outgoing()
+    assert len(second) == 1
+    _deliver([a, b], second)
+    assert a.text == b.text == a.view == "[b]>hello world"
+
+
+def test_a_stale_operation_is_refused_alike_and_cursors_move_with_edits() -> None:
+    a, b = _two("abc")
+    _deliver([a, b], [(2, 99, 7, [["i", 0, "x"]])])  # ref 7 is ahead of version 1
+    assert a.refused == b.refused == 1 and a.text == b.text == "abc"
+    assert transform_position(2, (Insert(0, "xy"),)) == 4
+    assert transform_position(2, (Delete(0, 1),)) == 1
+    assert transform_position(2, (Insert(2, "q"),), stick_left=True) == 2
