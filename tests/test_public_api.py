@@ -129,8 +129,11 @@ EXPORTS: dict[str, frozenset[str]] = {
             "SinkRows",
             "SinkStatistics",
             "analyze",
+            "grid",
             "register",
             "session",
+            "simulate",
+            "sweep",
             "worker_settings",
         }
     ),

@@ -25,6 +25,7 @@ _COMMANDS = (
     "keygen",
     "check",
     "analyze",
+    "sweep",
     "node",
 )
 

@@ -8,6 +8,9 @@ One line registers the source::
 rows into a running group through a :class:`Gateway` (a member that listens
 for Spark tasks); members de-duplicate retried rows with :class:`SinkRows`.
 
+:func:`sweep` runs independent seeded simulations (a :func:`grid` of
+``SimulationSpec`` fields) on the executors and gathers their summaries.
+
 :func:`analyze` verifies total order, integrity and agreement of a directory
 of logs on Spark and measures delivery delays. Importing this package does not
 import Spark; the functions do.
@@ -22,6 +25,9 @@ from ._rows import SinkStatistics as SinkStatistics
 from ._session import register as register
 from ._session import session as session
 from ._session import worker_settings as worker_settings
+from ._sweep import grid as grid
+from ._sweep import simulate as simulate
+from ._sweep import sweep as sweep
 
 __all__ = [
     "Gateway",
@@ -30,7 +36,10 @@ __all__ = [
     "SinkRows",
     "SinkStatistics",
     "analyze",
+    "grid",
     "register",
     "session",
+    "simulate",
+    "sweep",
     "worker_settings",
 ]

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-COLUMNS = ["node", "index", "source", "seq", "ts", "tag", "payload"]
+COLUMNS = ["node", "offset", "source", "seq", "ts", "tag", "payload"]
 
 
 def stream_once(spark: Any, logdir: str, out: Path) -> list[list[Any]]:

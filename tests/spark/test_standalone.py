@@ -25,7 +25,9 @@ from ._standalone import standalone_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.slow]
 JOB = Path(__file__).with_name("_cluster_job.py")
-HOME = Path(epto.__file__).resolve().parent.parent
+HOME = Path(os.path.abspath(Path(epto.__file__).parent.parent))
+"""Where this epto is imported from, links not followed (a strict editable
+install links a build tree, epto/transports included, to the checkout)."""
 
 
 def records(root: Path) -> list[list[Any]]:
