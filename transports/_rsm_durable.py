@@ -27,6 +27,8 @@ from epto import Delivery, Event, ProcessId
 from epto.log import DeliveryLogWriter, log_bounds, micros, read_log
 from epto.rsm import Replica, SnapshotStore
 
+from ._trio.rsm_config import ReplicaConfig
+
 
 class Durability:
     """The files of one replica under ``data_dir`` (``log/``, ``snapshots/``)."""
@@ -50,6 +52,19 @@ class Durability:
         self._since = 0
         self._due_at = math.inf
         self.snapshots_taken = 0
+
+    @classmethod
+    def of(cls, config: ReplicaConfig, pid: ProcessId) -> Durability | None:
+        """The files ``config`` asks for (None without ``data_dir``)."""
+        if not config.data_dir:
+            return None
+        return cls(
+            config.data_dir,
+            pid,
+            snapshot_every=config.snapshot_every,
+            snapshot_interval=config.snapshot_interval,
+            keep=config.keep,
+        )
 
     def recover(self, replica: Replica, *, joining: bool) -> None:
         """Restore ``replica`` from disk (or, joining, wipe what is there);

@@ -92,17 +92,7 @@ class ReplicatedNode:
         self._node: Any = None
         self._pending: dict[EventId, trio.Event] = {}
         self._results: dict[EventId, Any] = {}
-        self._durable = (
-            Durability(
-                cfg.data_dir,
-                node.pid,
-                snapshot_every=cfg.snapshot_every,
-                snapshot_interval=cfg.snapshot_interval,
-                keep=cfg.keep,
-            )
-            if cfg.data_dir
-            else None
-        )
+        self._durable = Durability.of(cfg, node.pid)
         self.transfers = 0
         self.transfer_failures = 0
         self.audits = 0

@@ -53,17 +53,7 @@ class ZmqReplica:
         self.replica = Replica(machine, codec=cfg.codec, max_buffer=cfg.max_buffer)
         self._node_config = node
         self._node: ZmqNode | None = None
-        self._durable = (
-            Durability(
-                cfg.data_dir,
-                node.pid,
-                snapshot_every=cfg.snapshot_every,
-                snapshot_interval=cfg.snapshot_interval,
-                keep=cfg.keep,
-            )
-            if cfg.data_dir
-            else None
-        )
+        self._durable = Durability.of(cfg, node.pid)
         self._results: dict[EventId, Any] = {}
         self._waiting: set[EventId] = set()
 
