@@ -31,7 +31,7 @@ state quickly. Three parts:
 * **sizes**: the same catch-up for the epto engines at each of ``--sizes``.
 
 Size: one benchmark harness for three systems and two kinds of measurement
-(about 600 lines): the shared machine, each system's group, the submitters,
+(about 850 lines): the shared machine, each system's group, the submitters,
 the catch-up choreography and the one table; splitting it would scatter one
 measurement protocol.
 """
@@ -70,7 +70,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clock", choices=("logical", "global"), default="global")
     p.add_argument("--catchup-mb", type=float, default=10.0, help="state for the side by side")
     p.add_argument("--sizes", default="1,10,100", help="MB of state, epto engines only")
-    p.add_argument("--trickle", type=float, default=20.0, help="commands/s per member while joining")
+    p.add_argument(
+        "--trickle", type=float, default=20.0, help="commands/s per member while joining"
+    )
+    p.add_argument(
+        "--exclude-timeout",
+        type=float,
+        default=None,
+        help="token ring: TokenRingConfig.exclude_timeout (default: the library's)",
+    )
     p.add_argument("--timeout", type=float, default=180.0)
     p.add_argument(
         "--quick",
@@ -218,23 +226,31 @@ def _state_hash(machine: _Core) -> str:
 
 
 def _node_configs(system: str, ports: list[int], members: int, args: argparse.Namespace) -> Any:
-    from epto.endpoint import NodeConfig
-
     import epto
+    from epto.endpoint import NodeConfig
 
     addresses = {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(ports[:members])}
     if system == "token-ring":
+        ring = _ring_config(args)
         return {
-            p: NodeConfig(mode="token-ring", pid=p, bind=a, members=addresses, seed=p)
+            p: NodeConfig(
+                mode="token-ring", pid=p, bind=a, members=addresses, seed=p, tokenring=ring
+            )
             for p, a in addresses.items()
         }
-    protocol = epto.Config.for_group(
-        members, clock=args.clock, round_interval=args.round_interval
-    )
+    protocol = epto.Config.for_group(members, clock=args.clock, round_interval=args.round_interval)
     return {
         p: NodeConfig(mode="epto", pid=p, bind=a, members=addresses, epto=protocol, seed=p)
         for p, a in addresses.items()
     }
+
+
+def _ring_config(args: argparse.Namespace) -> Any:
+    from epto.tokenring import TokenRingConfig
+
+    if args.exclude_timeout is None:
+        return TokenRingConfig()
+    return TokenRingConfig(exclude_timeout=args.exclude_timeout)
 
 
 def _syncobj(ports: list[int], index: int, conf: Any, machine: Any) -> Any:
@@ -416,7 +432,11 @@ def _catchup_epto(
     else:
         configs = _node_configs(system, ports, 3, args)
         configs[4] = NodeConfig(
-            mode="token-ring", pid=4, bind=f"127.0.0.1:{ports[3]}", contacts={1: configs[1].bind}
+            mode="token-ring",
+            pid=4,
+            bind=f"127.0.0.1:{ports[3]}",
+            contacts={1: configs[1].bind},
+            tokenring=_ring_config(args),
         )
     machine = _epto_machine()
     out: dict[str, Any] = {}
@@ -448,12 +468,12 @@ def _catchup_epto(
                 sync["go"].set()
             k = 0
             async with trio.open_nursery() as nursery:
-                start = trio.current_time()
+                begin = trio.current_time()
                 while not sync["ready"].is_set():
                     name, call_args = _command("dict", index, k, args.pool)
                     nursery.start_soon(node.call, name, *call_args)
                     k += 1
-                    await trio.sleep_until(start + k / args.trickle)
+                    await trio.sleep_until(begin + k / args.trickle)
             out["trickled"] = k
             await trio.to_thread.run_sync(sync["barrier"].wait, args.timeout)
             await trio.sleep(0.5)
@@ -467,9 +487,22 @@ def _catchup_epto(
         await trio.to_thread.run_sync(sync["go"].wait, args.timeout)
         out["t_start"] = time.time()
         cfg = ReplicaConfig(joining=True, peers=peers)
+        out["phase"] = "starting"
         async with ReplicatedNode(machine, configs[4], cfg) as node:
-            await node.wait_ready()
+            out["phase"] = "waiting for a first delivery"
+
+            async def first_delivery() -> None:
+                while node.replica.buffered() == 0 and not node.replica.ready:
+                    await trio.sleep(0.002)
+                out.setdefault("t_first", time.time())
+                out["phase"] = "fetching and restoring the state"
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(first_delivery)
+                await node.wait_ready()
+                nursery.cancel_scope.cancel()
             out["t_ready"] = time.time()
+            out["phase"] = "ready, catching up"
             sync["ready"].set()
             finals = [await trio.to_thread.run_sync(_get, sync["finals"], args.timeout)]
             finals += [await trio.to_thread.run_sync(_get, sync["finals"], args.timeout)]
@@ -490,8 +523,19 @@ def _catchup_epto(
             out["state"] = _state_hash(machine)
             out["caught_up"] = node.status().caught_up
 
-    trio.run(newcomer if joiner else member)
+    try:
+        trio.run(newcomer if joiner else member)
+    except BaseException as err:
+        where = "joiner" if joiner else "member"
+        raise RuntimeError(f"{where} {out.get('phase', '')}: {_leaf(err)}") from err
     return out
+
+
+def _leaf(err: BaseException) -> str:
+    """The first exception inside (exception groups) as one line."""
+    while isinstance(err, BaseExceptionGroup) and err.exceptions:
+        err = err.exceptions[0]
+    return f"{type(err).__name__}: {err}"
 
 
 def _catchup_pysyncobj(mb: float, index: int, ports: list[int], args: Any, sync: Any) -> Any:
@@ -588,16 +632,15 @@ def _worker(job: tuple[Any, ...], index: int, ports: list[int], args: Any, sync:
         else:
             result = _catchup_epto(system, job[2], index, ports, args, sync)
         sync["results"].put((index, result))
-    except BaseException as err:  # reported by the parent
-        sync["results"].put((index, {"error": f"{type(err).__name__}: {err}"[:300]}))
-        raise
+    except BaseException as err:  # reported by the parent, in one line
+        sync["results"].put((index, {"error": _leaf(err)[:300]}))
 
 
 def _spawn(job: tuple[Any, ...], n: int, args: argparse.Namespace) -> dict[int, dict[str, Any]]:
     from epto.benchmarks.replication import _free_ports
 
     ctx = mp.get_context("spawn")
-    sync = {
+    sync: dict[str, Any] = {
         "barrier": ctx.Barrier(3),
         "results": ctx.Queue(),
         "addresses": ctx.Queue(),
@@ -608,8 +651,7 @@ def _spawn(job: tuple[Any, ...], n: int, args: argparse.Namespace) -> dict[int, 
     }
     ports = _free_ports(4)
     procs = [
-        ctx.Process(target=_worker, args=(job, i, ports, args, sync), daemon=True)
-        for i in range(n)
+        ctx.Process(target=_worker, args=(job, i, ports, args, sync), daemon=True) for i in range(n)
     ]
     for proc in procs:
         proc.start()
@@ -678,6 +720,8 @@ def _catchup(system: str, mb: float, args: argparse.Namespace) -> dict[str, Any]
         f"applied {j['applied']}",
         f"trickled {sum(r.get('trickled', 0) for r in results.values())}",
     ]
+    if "t_first" in j:
+        notes.append(f"first delivery at {j['t_first'] - j['t_start']:.2f}s")
     if "transfers" in j:
         notes.append(f"{j['transfers']} transfer")
     if "log_after_compaction" in results[0]:
@@ -773,7 +817,9 @@ def run(args: argparse.Namespace) -> int:
             if s != "pysyncobj" and ("catchup" not in parts or mb != args.catchup_mb)
         ]
     if runs:
-        print(f"{'system':<11} {'catch-up':<8} {'state':>10} {'ready':>10} {'caught up':>10}  notes")
+        print(
+            f"{'system':<11} {'catch-up':<8} {'state':>10} {'ready':>10} {'caught up':>10}  notes"
+        )
     for system, mb in runs:
         r = _catchup(system, mb, args)
         head = f"{system:<11} {'joiner':<8}"
