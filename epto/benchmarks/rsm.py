@@ -461,8 +461,6 @@ def _catchup_epto(
             with trio.fail_after(args.timeout):
                 while machine.n < len(fills):
                     await trio.sleep(0.01)
-            if index == 0:
-                out["state_bytes"] = len(machine.snapshot())
             await trio.to_thread.run_sync(sync["barrier"].wait, args.timeout)
             if index == 0:
                 sync["go"].set()
@@ -478,7 +476,6 @@ def _catchup_epto(
             await trio.to_thread.run_sync(sync["barrier"].wait, args.timeout)
             await trio.sleep(0.5)
             sync["finals"].put((index, machine.n, node.replica.digest.hex()[:16]))
-            out["state"] = _state_hash(machine)
             await trio.to_thread.run_sync(sync["finished"].wait, args.timeout)
 
     async def newcomer() -> None:
@@ -520,7 +517,6 @@ def _catchup_epto(
             out["digest"] = node.replica.digest.hex()[:16]
             out["applied"] = machine.n
             out["transfers"] = node.transfers
-            out["state"] = _state_hash(machine)
             out["caught_up"] = node.status().caught_up
 
     try:
@@ -528,7 +524,16 @@ def _catchup_epto(
     except BaseException as err:
         where = "joiner" if joiner else "member"
         raise RuntimeError(f"{where} {out.get('phase', '')}: {_leaf(err)}") from err
+    _measure_state(machine, out)
     return out
+
+
+def _measure_state(machine: _Core, out: dict[str, Any]) -> None:
+    """Its size and hash, once the node is closed: dumping a large state takes
+    seconds and would stall the node (and the group) if it still ran."""
+    state = machine._dump()
+    out["state_bytes"] = len(state)
+    out["state"] = hashlib.sha256(state).hexdigest()[:16]
 
 
 def _leaf(err: BaseException) -> str:
@@ -571,8 +576,8 @@ def _catchup_pysyncobj(mb: float, index: int, ports: list[int], args: Any, sync:
         out["t_caught"] = min(reached) if reached else float("nan")
         out["member_counts"] = sorted({f[1] for f in finals})
         out["applied"] = machine.n
-        out["state"] = _state_hash(machine)
         obj.destroy()
+        _measure_state(machine, out)
         return out
     _Watch.target = len(fills)
     obj = _syncobj(ports, index, conf, machine)
@@ -586,8 +591,6 @@ def _catchup_pysyncobj(mb: float, index: int, ports: list[int], args: Any, sync:
     deadline = time.time() + args.timeout
     while machine.n < len(fills) and time.time() < deadline:
         time.sleep(0.01)
-    if index == 0:
-        out["state_bytes"] = len(machine._dump())
     obj.forceLogCompaction()
     while obj._getRaftLogSize() > 3 and time.time() < deadline:
         time.sleep(0.01)
@@ -609,9 +612,9 @@ def _catchup_pysyncobj(mb: float, index: int, ports: list[int], args: Any, sync:
     sync["barrier"].wait(args.timeout)
     time.sleep(0.5)
     sync["finals"].put((index, machine.n, ""))
-    out["state"] = _state_hash(machine)
     sync["finished"].wait(args.timeout)
     obj.destroy()
+    _measure_state(machine, out)
     return out
 
 
