@@ -79,7 +79,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="token ring: TokenRingConfig.exclude_timeout (default: the library's)",
     )
-    p.add_argument("--timeout", type=float, default=180.0)
+    p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument(
         "--quick",
         action="store_true",
@@ -334,6 +334,15 @@ def _throughput_epto(
             with contextlib.suppress(Exception):
                 await trio.to_thread.run_sync(sync["barrier"].wait, args.timeout)
             out["digest"] = node.replica.digest.hex()[:16]
+            if system == "epto":
+                stats = node.node.statistics()
+                out["losses"] = {
+                    "holes": stats.holes_detected,
+                    "late": stats.late_rejected,
+                    "send failures": stats.send_failures,
+                    "rejected": sum(stats.rejected.values()),
+                    "dropped": stats.deliveries_dropped,
+                }
 
     trio.run(main)
     return {
@@ -692,7 +701,15 @@ def _throughput(system: str, workload: str, load: str, args: argparse.Namespace)
     latencies = [x for r in results.values() for x in r["latencies"]]
     notes = []
     if applied < 3 * count:
-        notes.append(f"incomplete: {applied} of {3 * count}")
+        each = "/".join(str(results[i]["applied"]) for i in sorted(results))
+        notes.append(f"incomplete: {applied} of {3 * count} (replicas {each})")
+    losses: dict[str, int] = {}
+    for r in results.values():
+        for key, value in r.get("losses", {}).items():
+            losses[key] = losses.get(key, 0) + value
+    lost = [f"{value} {key}" for key, value in losses.items() if value]
+    if lost:
+        notes.append("EpTO: " + ", ".join(lost))
     states = {r["state"] for r in results.values()}
     notes.append("same state" if len(states) == 1 else f"STATES DIFFER: {sorted(states)}")
     errs = sum(r.get("errors", 0) for r in results.values())
