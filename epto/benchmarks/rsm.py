@@ -335,14 +335,7 @@ def _throughput_epto(
                 await trio.to_thread.run_sync(sync["barrier"].wait, args.timeout)
             out["digest"] = node.replica.digest.hex()[:16]
             if system == "epto":
-                stats = node.node.statistics()
-                out["losses"] = {
-                    "holes": stats.holes_detected,
-                    "late": stats.late_rejected,
-                    "send failures": stats.send_failures,
-                    "rejected": sum(stats.rejected.values()),
-                    "dropped": stats.deliveries_dropped,
-                }
+                out["losses"] = _losses(node)
 
     trio.run(main)
     return {
@@ -486,6 +479,8 @@ def _catchup_epto(
             await trio.sleep(0.5)
             sync["finals"].put((index, machine.n, node.replica.digest.hex()[:16]))
             await trio.to_thread.run_sync(sync["finished"].wait, args.timeout)
+            if system == "epto":
+                out["losses"] = _losses(node)
 
     async def newcomer() -> None:
         _Watch.times = {}
@@ -500,11 +495,19 @@ def _catchup_epto(
             async def first_delivery() -> None:
                 while node.replica.buffered() == 0 and not node.replica.ready:
                     await trio.sleep(0.002)
-                out.setdefault("t_first", time.time())
+                if not node.replica.ready:
+                    out["t_first"] = time.time()
                 out["phase"] = "fetching and restoring the state"
+
+            async def admitted() -> None:
+                while 4 not in node.status().members:
+                    await trio.sleep(0.002)
+                out["t_admitted"] = time.time()
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(first_delivery)
+                if system == "token-ring":
+                    nursery.start_soon(admitted)
                 await node.wait_ready()
                 nursery.cancel_scope.cancel()
             out["t_ready"] = time.time()
@@ -527,6 +530,8 @@ def _catchup_epto(
             out["applied"] = machine.n
             out["transfers"] = node.transfers
             out["caught_up"] = node.status().caught_up
+            if system == "epto":
+                out["losses"] = _losses(node)
 
     try:
         trio.run(newcomer if joiner else member)
@@ -535,6 +540,18 @@ def _catchup_epto(
         raise RuntimeError(f"{where} {out.get('phase', '')}: {_leaf(err)}") from err
     _measure_state(machine, out)
     return out
+
+
+def _losses(node: Any) -> dict[str, int]:
+    """EpTO's counters of copies that came too late and events it will never deliver."""
+    stats = node.node.statistics()
+    return {
+        "holes": stats.holes_detected,
+        "late": stats.late_rejected,
+        "send failures": stats.send_failures,
+        "rejected": sum(stats.rejected.values()),
+        "dropped": stats.deliveries_dropped,
+    }
 
 
 def _measure_state(machine: _Core, out: dict[str, Any]) -> None:
@@ -735,15 +752,30 @@ def _catchup(system: str, mb: float, args: argparse.Namespace) -> dict[str, Any]
     consistent = len(states) == 1 and j["member_counts"] == [j["applied"]]
     if "digest" in j:
         consistent = consistent and j["member_digests"] == [j["digest"]]
+    groups: dict[str, list[str]] = {}
+    for i in sorted(results):
+        groups.setdefault(results[i]["state"], []).append(str(i + 1))
+    split = "; ".join(f"pids {','.join(p)}: {h[:8]}" for h, p in groups.items())
     notes = [
-        "same state and count" if consistent else f"INCONSISTENT {sorted(states)}",
+        "same state and count" if consistent else f"INCONSISTENT (state {split})",
         f"applied {j['applied']}",
         f"trickled {sum(r.get('trickled', 0) for r in results.values())}",
     ]
+    if "t_admitted" in j:
+        notes.append(f"in the view at {j['t_admitted'] - j['t_start']:.2f}s")
     if "t_first" in j:
         notes.append(f"first delivery at {j['t_first'] - j['t_start']:.2f}s")
+    else:
+        notes.append("no delivery before ready")
     if "transfers" in j:
         notes.append(f"{j['transfers']} transfer")
+    losses = [
+        f"pid {i + 1}: " + ", ".join(f"{v} {k}" for k, v in r["losses"].items() if v)
+        for i, r in sorted(results.items())
+        if any(r.get("losses", {}).values())
+    ]
+    if losses:
+        notes.append("EpTO " + "; ".join(losses))
     if "log_after_compaction" in results[0]:
         notes.append(f"log {results[0]['log_after_compaction']} entries after compaction")
     return {
