@@ -765,7 +765,7 @@ def _catchup(system: str, mb: float, args: argparse.Namespace) -> dict[str, Any]
         notes.append(f"in the view at {j['t_admitted'] - j['t_start']:.2f}s")
     if "t_first" in j:
         notes.append(f"first delivery at {j['t_first'] - j['t_start']:.2f}s")
-    else:
+    elif system != "pysyncobj":
         notes.append("no delivery before ready")
     if "transfers" in j:
         notes.append(f"{j['transfers']} transfer")
