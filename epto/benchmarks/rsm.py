@@ -503,6 +503,9 @@ def _catchup_epto(
                 while 4 not in node.status().members:
                     await trio.sleep(0.002)
                 out["t_admitted"] = time.time()
+                while 4 not in node.node.statistics().core:
+                    await trio.sleep(0.002)
+                out["t_core"] = time.time()
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(first_delivery)
@@ -763,6 +766,8 @@ def _catchup(system: str, mb: float, args: argparse.Namespace) -> dict[str, Any]
     ]
     if "t_admitted" in j:
         notes.append(f"in the view at {j['t_admitted'] - j['t_start']:.2f}s")
+    if "t_core" in j:
+        notes.append(f"in the core at {j['t_core'] - j['t_start']:.2f}s")
     if "t_first" in j:
         notes.append(f"first delivery at {j['t_first'] - j['t_start']:.2f}s")
     elif system != "pysyncobj":
