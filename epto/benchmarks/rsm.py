@@ -31,7 +31,7 @@ state quickly. Three parts:
 * **sizes**: the same catch-up for the epto engines at each of ``--sizes``.
 
 Size: one benchmark harness for three systems and two kinds of measurement
-(about 850 lines): the shared machine, each system's group, the submitters,
+(about 900 lines): the shared machine, each system's group, the submitters,
 the catch-up choreography and the one table; splitting it would scatter one
 measurement protocol.
 """
