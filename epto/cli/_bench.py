@@ -16,6 +16,7 @@ _TOPICS: tuple[str, ...] = (
     "udp_scale",
     "replication",
     "optimistic",
+    "rsm",
 )
 
 
