@@ -52,6 +52,7 @@ import trio
 from epto import ConfigurationError, Delivery, EventId, ProcessId
 from epto.endpoint import Address, NodeConfig, parse_host_port
 from epto.rsm import (
+    Applied,
     CommandFailed,
     Replica,
     Snapshot,
@@ -101,8 +102,11 @@ class ReplicatedNode:
         self._wake = trio.Event()
         self._nursery: trio.Nursery | None = None
         self.transfer_address = ""
+        self._applying = trio.Lock()
+        """Held while a delivery is applied, a snapshot taken or a state
+        restored: the machine changes under one of them at a time."""
         self._server = TransferServer(
-            snapshot=self.replica.snapshot,
+            snapshot=self._snapshot_for_peer,
             ready=lambda: self.replica.ready,
             cut=lambda: self.replica.cut,
             digest_at=self.replica.digest_at,
@@ -185,28 +189,51 @@ class ReplicatedNode:
 
     async def _apply_loop(self) -> None:
         async for delivery in self._node:
-            self._deliver(delivery)
+            async with self._applying:
+                if self._deliver(delivery):
+                    await self._snapshot_to_disk()
             await trio.lowlevel.checkpoint_if_cancelled()
 
-    def _deliver(self, delivery: Delivery) -> None:
+    def _deliver(self, delivery: Delivery) -> bool:
+        """Apply one delivery; whether a snapshot is due."""
         replica = self.replica
         applied = replica.deliver(delivery)
         if not replica.ready:
             self._wake.set()  # joining, or a hole: the state must be fetched
-            return
+            return False
         if applied is None:
-            return
-        if self._durable is not None and self._durable.applied(delivery, trio.current_time()):
-            self._durable.snapshot(self.replica)
-        event = self._pending.get(applied.event)
-        if event is not None:
-            self._results[applied.event] = applied.result
-            event.set()
+            return False
+        self._complete([applied])
+        durable = self._durable
+        return durable is not None and durable.applied(delivery, trio.current_time())
+
+    def _complete(self, applied: list[Applied]) -> None:
+        """Hand the results of our own commands to the calls awaiting them."""
+        for done in applied:
+            event = self._pending.get(done.event)
+            if event is not None:
+                self._results[done.event] = done.result
+                event.set()
+
+    async def _snapshot_to_disk(self) -> None:
+        """A snapshot written in a worker thread while the caller holds
+        ``_applying`` (nothing changes the machine meanwhile): the node keeps
+        serving the group, however long a large state takes to write."""
+        if self._durable is not None and self.replica.ready:
+            await trio.to_thread.run_sync(self._durable.snapshot, self.replica)
+
+    async def _snapshot_for_peer(self) -> Snapshot:
+        """The state for a newcomer, taken in a worker thread between two
+        deliveries."""
+        async with self._applying:
+            return await trio.to_thread.run_sync(self.replica.snapshot)
 
     # -- snapshots -------------------------------------------------------------------
 
     def take_snapshot(self) -> Path | None:
-        """Write a snapshot now (with ``data_dir``) and compact the log."""
+        """Write a snapshot now (with ``data_dir``) and compact the log, in
+        the calling thread (the policy's snapshots are written in a worker
+        thread instead)."""
         if self._durable is None or not self.replica.ready:
             return None
         return self._durable.snapshot(self.replica)
@@ -258,7 +285,14 @@ class ReplicatedNode:
                 if not await self._confirmed(snapshot, peers[:i] + peers[i + 1 :]):
                     self.transfer_failures += 1
                     continue
-                self.replica.restore(snapshot)
+                async with self._applying:
+                    # In a worker thread: restoring a large state takes seconds,
+                    # during which the node must keep answering the group.
+                    restored = await trio.to_thread.run_sync(self.replica.restore, snapshot)
+                    self._complete(restored)
+                    # The buffered commands were applied without being logged:
+                    # save the state as the base the log continues.
+                    await self._snapshot_to_disk()
                 if snapshot.cut is not None and not self._ring:
                     # An EpTO newcomer in an idle group has seen no timestamp:
                     # its next commands must come after what the group applied.
@@ -267,9 +301,6 @@ class ReplicatedNode:
                 self.transfer_failures += 1
                 continue
             self.transfers += 1
-            # The buffered commands were applied without being logged: save the
-            # state as the base the log continues.
-            self.take_snapshot()
             return True
         return False
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -51,6 +51,10 @@ def _key(value: Any) -> OrderKey | None:
     ):
         raise TransferError(f"not an order key: {value!r}"[:100])
     return (value[0], value[1], value[2])
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 async def _send(stream: trio.abc.Stream, message: dict[str, Any]) -> None:
@@ -91,7 +95,8 @@ class _Reader:
 class TransferServer:
     """Serves snapshots and digests of one replica.
 
-    ``snapshot()`` returns the replica's current snapshot; ``ready()`` whether
+    ``snapshot()`` takes the replica's current snapshot (awaitable: the
+    replica's driver takes it off the event loop); ``ready()`` whether
     it may serve one; ``cut()`` its cut; ``digest_at(cut)`` its digest there; ``wait``
     bounds how long a request may wait for the replica to reach a cut, and
     ``send_timeout`` how long sending a state may take."""
@@ -99,7 +104,7 @@ class TransferServer:
     def __init__(
         self,
         *,
-        snapshot: Callable[[], Snapshot],
+        snapshot: Callable[[], Awaitable[Snapshot]],
         ready: Callable[[], bool],
         cut: Callable[[], OrderKey | None],
         digest_at: Callable[[OrderKey | None], bytes | None],
@@ -154,7 +159,7 @@ class TransferServer:
         return False
 
     async def _serve_snapshot(self, stream: trio.SocketStream, need: OrderKey | None) -> None:
-        snapshot = self._snapshot() if await self._reached(need) else None
+        snapshot = await self._snapshot() if await self._reached(need) else None
         if snapshot is None:
             await _send(stream, {"error": "not reached"})
             return
@@ -166,7 +171,7 @@ class TransferServer:
                 "applied": snapshot.applied,
                 "digest": snapshot.digest.hex(),
                 "size": len(state),
-                "sha256": hashlib.sha256(state).hexdigest(),
+                "sha256": await trio.to_thread.run_sync(_sha256, state),
             },
         )
         view = memoryview(state)
@@ -217,7 +222,7 @@ async def fetch_snapshot(
                 if not isinstance(size, int) or not 0 <= size <= max_bytes:
                     raise TransferError(f"{address}: a state of {size!r} bytes (limit {max_bytes})")
                 state = await reader.exactly(size)
-                if hashlib.sha256(state).hexdigest() != header.get("sha256"):
+                if await trio.to_thread.run_sync(_sha256, state) != header.get("sha256"):
                     raise TransferError(f"{address}: the state does not match its checksum")
                 digest = bytes.fromhex(str(header.get("digest")))
                 applied = header.get("applied")
