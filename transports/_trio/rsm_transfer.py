@@ -71,7 +71,9 @@ class _Reader:
 
     async def exactly(self, n: int) -> bytes:
         while len(self._buffer) < n:
-            chunk = await self._stream.receive_some(max(CHUNK, n - len(self._buffer)))
+            # At most 1 MiB per call: recv allocates what it is asked for.
+            want = min(1 << 20, max(CHUNK, n - len(self._buffer)))
+            chunk = await self._stream.receive_some(want)
             if not chunk:
                 raise TransferError("the peer closed the connection")
             self._buffer += chunk
