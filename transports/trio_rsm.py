@@ -35,7 +35,8 @@ Rules:
   the same way.
 * **Reads are local** (``replica.machine``): they see this replica's prefix of
   the order. Read-your-writes: ``await call(...)`` returns once the command
-  is applied here.
+  is applied here. ``ReplicaConfig.on_applied`` is called after each command
+  applied and each state restored (the editor's server uses it).
 """
 
 from __future__ import annotations
@@ -212,6 +213,8 @@ class ReplicatedNode:
         if event is not None:
             self._results[applied.event] = applied.result
             event.set()
+        if self.config.on_applied is not None:
+            self.config.on_applied()
 
     # -- snapshots -------------------------------------------------------------------
 
@@ -269,6 +272,8 @@ class ReplicatedNode:
                     self.transfer_failures += 1
                     continue
                 self.replica.restore(snapshot)
+                if self.config.on_applied is not None:
+                    self.config.on_applied()
                 if snapshot.cut is not None and not self._ring:
                     # An EpTO newcomer in an idle group has seen no timestamp:
                     # its next commands must come after what the group applied.

@@ -26,6 +26,7 @@ _COMMANDS = (
     "check",
     "analyze",
     "node",
+    "editor",
 )
 
 
