@@ -245,6 +245,7 @@ EXPORTS: dict[str, frozenset[str]] = {
 PUBLIC_SUBMODULES: dict[str, frozenset[str]] = {
     "epto": frozenset(
         {
+            "apps",
             "atoms",
             "benchmarks",
             "check",
