@@ -192,3 +192,35 @@ def test_a_page_edit_is_rebased_over_what_it_had_not_seen() -> None:
     assert apply("XYabc", op) == "XYabc!"
     with pytest.raises(StalePage):
         session.receive(0, (Insert(0, "z"),))
+
+
+def test_the_command_line_serves_and_its_bot_types(tmp_path: object) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "epto.cli",
+            "editor",
+            "--id",
+            "1",
+            "--http",
+            "127.0.0.1:0",
+            "--bot",
+            "5",
+            "--bot-rate",
+            "50",
+            "--duration",
+            "1.5",
+            "--round-interval",
+            "0.02",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    line = done.stderr.splitlines()[0]
+    assert line.startswith("ready 1 http://127.0.0.1:") and line.endswith("/")
