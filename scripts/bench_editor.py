@@ -36,7 +36,7 @@ from epto.transports._ports import free_ports
 from epto.transports._trio.websocket import connect
 
 from epto.apps._editor import PageModel
-from epto.apps._ot import Delete, Insert
+from epto.apps._ot import Insert
 from epto.apps.text import TextDocument
 from epto.endpoint import parse_host_port
 
