@@ -213,3 +213,35 @@ def test_three_people_edit_one_text(mode: str, browser: Any, tmp_path: Path) -> 
             proc.wait(timeout=20)
             assert proc.stderr is not None
             proc.stderr.close()
+
+
+def test_the_pages_transformation_is_the_replicas(browser: Any) -> None:
+    # The page's script ports epto.apps._ot.transform to JavaScript: on random
+    # pairs of operations it must give what Python gives.
+    import json
+    import random
+    from importlib import resources
+
+    from epto.apps._editor import decode, encode
+    from epto.apps._ot import Delete, Insert, transform
+
+    page = resources.files("epto.apps").joinpath("editor_static", "index.html")
+    with resources.as_file(page) as path:
+        browser.get(path.as_uri())
+    rng = random.Random(3)
+
+    def op() -> tuple[Insert | Delete, ...]:
+        return tuple(
+            Insert(rng.randint(0, 12), rng.choice(["a", "bc", "é😀"]))
+            if rng.random() < 0.5
+            else Delete(rng.randint(0, 12), rng.randint(0, 5))
+            for _ in range(rng.randint(1, 3))
+        )
+
+    cases = [(op(), op(), rng.random() < 0.5) for _ in range(300)]
+    got = browser.execute_script(
+        "return JSON.parse(arguments[0]).map(([a, b, f]) => transform(a, b, f));",
+        json.dumps([[encode(a), encode(b), f] for a, b, f in cases]),
+    )
+    for (a, b, first), (a2, b2) in zip(cases, got, strict=True):
+        assert (decode(a2), decode(b2)) == transform(a, b, first), (a, b, first)
