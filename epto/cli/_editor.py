@@ -105,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as exc:  # pragma: no cover - without the extra
         print(f"epto editor: needs the editor extra ({exc})", file=sys.stderr)
         return 1
+    from epto import LocalProtocolError
     from epto.endpoint import NodeConfig, parse_host_port
     from epto.transports.trio_rsm import ReplicaConfig
 
@@ -124,7 +125,11 @@ def run(args: argparse.Namespace) -> int:
         *transfers.values(),
         *presence.values(),
     ):
-        parse_host_port(address)
+        try:
+            parse_host_port(address)
+        except LocalProtocolError as exc:
+            print(f"epto editor: {exc}", file=sys.stderr)
+            return 2
     node = NodeConfig(
         mode=args.mode,
         pid=args.id,
