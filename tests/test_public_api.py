@@ -272,6 +272,7 @@ PUBLIC_SUBMODULES: dict[str, frozenset[str]] = {
             "memory",
             "simulation",
             "trio_atoms",
+            "trio_editor",
             "trio_node",
             "trio_rsm",
             "trio_tcp",
@@ -292,6 +293,7 @@ NODE_MODULES: dict[str, frozenset[str]] = {
     "epto.transports.trio_rsm": frozenset(
         {"CommandFailedError", "ReplicaConfig", "ReplicaStatus", "ReplicatedNode"}
     ),
+    "epto.transports.trio_editor": frozenset({"EditorConfig", "EditorServer"}),
     "epto.transports.trio_tcp": frozenset(
         {
             "MemberExcludedError",

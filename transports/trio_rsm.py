@@ -35,7 +35,8 @@ Rules:
   the same way.
 * **Reads are local** (``replica.machine``): they see this replica's prefix of
   the order. Read-your-writes: ``await call(...)`` returns once the command
-  is applied here.
+  is applied here. ``ReplicaConfig.on_applied`` is called after each command
+  applied and each state restored (the editor's server uses it).
 """
 
 from __future__ import annotations
@@ -204,6 +205,8 @@ class ReplicatedNode:
         if applied is None:
             return False
         self._complete([applied])
+        if self.config.on_applied is not None:
+            self.config.on_applied()
         durable = self._durable
         return durable is not None and durable.applied(delivery, trio.current_time())
 
@@ -290,6 +293,8 @@ class ReplicatedNode:
                     # during which the node must keep answering the group.
                     restored = await trio.to_thread.run_sync(self.replica.restore, snapshot)
                     self._complete(restored)
+                    if self.config.on_applied is not None:
+                        self.config.on_applied()
                     # The buffered commands were applied without being logged:
                     # save the state as the base the log continues.
                     await self._snapshot_to_disk()

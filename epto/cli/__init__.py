@@ -27,6 +27,7 @@ _COMMANDS = (
     "analyze",
     "sweep",
     "node",
+    "editor",
 )
 
 

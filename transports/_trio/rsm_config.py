@@ -3,7 +3,7 @@ trio node (:class:`~epto.transports.trio_rsm.ReplicatedNode`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import attrs
 
@@ -53,6 +53,11 @@ class ReplicaConfig:
     max_buffer: int = 1_000_000
     """Deliveries a joining replica buffers at most."""
     codec: CommandCodec = attrs.field(factory=JsonCodec)
+    on_applied: Callable[[], None] | None = None
+    """Called, in the replica's own task, after each command applied here and
+    after a fetched state is restored: the place to look at the machine's new
+    state (the replicated editor sends what its document wants sent). It must
+    not block; an exception it raises stops the replica."""
 
     def __attrs_post_init__(self) -> None:
         if self.snapshot_every < 0 or self.keep < 1 or self.max_snapshot_bytes < 1:

@@ -1,0 +1,166 @@
+"""``epto editor``: one replica of a shared plain text, edited in a browser.
+
+    epto editor --id 1 --bind 127.0.0.1:9001 --peer 2=127.0.0.1:9002 \\
+        --transfer 127.0.0.1:9101 --peer-transfer 2=127.0.0.1:9102 \\
+        --presence 127.0.0.1:9201 --peer-presence 2=127.0.0.1:9202 --http 127.0.0.1:8001
+
+prints ``ready ID URL`` on standard error once the page is served (open the
+URL), then runs until Ctrl-C or ``--duration``. ``--bot N`` types N random
+edits at ``--bot-rate`` per second (a demo, a load); ``--join`` starts empty
+and fetches the text from the ``--peer-transfer`` replicas (docs/editor.md).
+Needs the ``editor`` extra (``pip install 'epto[editor]'``: trio and wsproto).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import Any
+
+from .._defaults import DEFAULT_ROUND_INTERVAL
+from ._args import non_negative_int, positive_float, positive_int
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "editor",
+        help="one replica of a shared text, edited in a web page (docs/editor.md)",
+        description="Run one replica of a replicated plain text and serve its web page.",
+    )
+    p.add_argument("--id", type=int, required=True, help="this replica's process id")
+    p.add_argument("--bind", default="127.0.0.1:0", help="HOST:PORT of the node")
+    p.add_argument("--peer", action="append", default=[], metavar="ID=HOST:PORT")
+    p.add_argument(
+        "--contact",
+        action="append",
+        default=[],
+        metavar="ID=HOST:PORT",
+        help="token ring: join a running group through this member (a new id)",
+    )
+    p.add_argument("--mode", choices=("epto", "token-ring", "auto"), default="epto")
+    p.add_argument("--round-interval", type=positive_float, default=DEFAULT_ROUND_INTERVAL)
+    p.add_argument("--seed", type=int)
+    p.add_argument(
+        "--transfer",
+        default="127.0.0.1:0",
+        metavar="HOST:PORT",
+        help="where this replica serves its state to newcomers (TCP)",
+    )
+    p.add_argument("--peer-transfer", action="append", default=[], metavar="ID=HOST:PORT")
+    p.add_argument("--join", action="store_true", help="start empty, fetch the text")
+    p.add_argument(
+        "--http",
+        default="127.0.0.1:0",
+        metavar="HOST:PORT",
+        help="where the page is served (default: a free port on 127.0.0.1)",
+    )
+    p.add_argument(
+        "--presence",
+        default="127.0.0.1:0",
+        metavar="HOST:PORT",
+        help="UDP address of this replica's cursor datagrams",
+    )
+    p.add_argument("--peer-presence", action="append", default=[], metavar="ID=HOST:PORT")
+    p.add_argument("--name", default="", help="the name shown next to this replica's cursor")
+    p.add_argument(
+        "--horizon",
+        type=positive_int,
+        default=10_000,
+        help="operations of history kept (default 10000)",
+    )
+    p.add_argument(
+        "--bot",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="type N random edits (a demo, a load)",
+    )
+    p.add_argument(
+        "--bot-rate",
+        type=positive_float,
+        default=5.0,
+        metavar="R",
+        help="the bot's edits per second (default 5)",
+    )
+    p.add_argument("--duration", type=positive_float, help="stop after this many seconds")
+    p.set_defaults(func=run)
+
+
+def _peers(specs: list[str], flag: str) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for spec in specs:
+        pid, sep, address = spec.partition("=")
+        if not sep or not pid.isdigit():
+            raise SystemExit(f"epto editor: {flag} wants ID=HOST:PORT, got {spec!r}")
+        out[int(pid)] = address
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import trio
+
+        from epto.transports.trio_editor import EditorConfig, EditorServer
+    except ImportError as exc:  # pragma: no cover - without the extra
+        print(f"epto editor: needs the editor extra ({exc})", file=sys.stderr)
+        return 1
+    from epto import LocalProtocolError
+    from epto.endpoint import NodeConfig, parse_host_port
+    from epto.transports.trio_rsm import ReplicaConfig
+
+    members = _peers(args.peer, "--peer")
+    contacts = _peers(args.contact, "--contact")
+    if not contacts:
+        members[args.id] = args.bind
+    transfers = _peers(args.peer_transfer, "--peer-transfer")
+    presence = _peers(args.peer_presence, "--peer-presence")
+    for address in (
+        args.bind,
+        args.http,
+        args.presence,
+        args.transfer,
+        *members.values(),
+        *contacts.values(),
+        *transfers.values(),
+        *presence.values(),
+    ):
+        try:
+            parse_host_port(address)
+        except LocalProtocolError as exc:
+            print(f"epto editor: {exc}", file=sys.stderr)
+            return 2
+    node = NodeConfig(
+        mode=args.mode,
+        pid=args.id,
+        bind=args.bind,
+        members=members,
+        contacts=contacts,
+        round_interval=args.round_interval,
+        seed=args.seed,
+    )
+    config = EditorConfig(
+        http=args.http,
+        presence=args.presence,
+        presence_peers=presence,
+        name=args.name,
+        horizon=args.horizon,
+        bot=args.bot,
+        bot_rate=args.bot_rate,
+        bot_seed=args.seed,
+        replica=ReplicaConfig(
+            transfer_bind=args.transfer,
+            peers=transfers,
+            joining=args.join,
+            audit_interval=5.0 if transfers else math.inf,
+        ),
+    )
+
+    async def main() -> None:
+        async with EditorServer(node, config) as server:
+            print(f"ready {args.id} {server.url}", file=sys.stderr, flush=True)
+            with trio.move_on_after(args.duration if args.duration else math.inf):
+                await trio.sleep_forever()
+
+    trio.run(main)
+    return 0

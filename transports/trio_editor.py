@@ -1,0 +1,322 @@
+"""The replicated text editor's server: one replica of a
+:class:`~epto.apps.text.TextDocument` and the browser pages that edit it
+(docs/editor.md).
+
+::
+
+    async with EditorServer(node_config, EditorConfig(http="127.0.0.1:8080")) as server:
+        print(server.url)          # the page
+        await trio.sleep_forever()
+
+Rules:
+
+* **One replica, many pages**: the server runs a
+  :class:`~epto.transports.trio_rsm.ReplicatedNode` of the document and
+  serves the page (``epto/apps/editor_static/index.html``) and its WebSocket
+  (``/ws``) on one HTTP port. Each page is a :class:`epto.apps._editor.PageSession`:
+  its edits are rebased over what was pushed to it since the revision they
+  were made on and become the document's local edits; every change of the
+  local view (remote operations, other pages' edits) is pushed to the pages
+  that did not make it.
+* **After every command applied** (``ReplicaConfig.on_applied``) and after
+  every local edit, the server submits what the document wants sent (one
+  operation in the order per author) and pushes the view's changes; all of it
+  synchronously, in the task that changed the document.
+* **Presence is outside the total order**: each replica sends its caret and
+  selection (the last page's, or the bot's) in a UDP datagram to every
+  ``presence_peers`` address when it moves and every second; the others'
+  cursors follow the local changes and expire after 5 s. Lost datagrams
+  only delay a marker.
+* **A bot** (``bot`` edits at ``bot_rate`` per second) types random words and
+  deletes at random places, as a local user of this replica.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import random
+from collections.abc import Mapping
+from contextlib import AsyncExitStack
+from importlib import resources
+from types import TracebackType
+from typing import Any, Self
+
+import attrs
+import trio
+
+from epto.apps._editor import KEEP, PageSession, Presence, StalePage, color_of, decode
+from epto.apps._ot import Delete, Insert, Operation
+from epto.apps.text import TextDocument, transform_position
+from epto.endpoint import Address, NodeConfig, parse_host_port
+
+from ._trio.rsm_config import ReplicaConfig
+from ._trio.websocket import WebSocket, WebSocketClosed, serve_http
+from .trio_rsm import ReplicatedNode
+
+__all__ = ["EditorConfig", "EditorServer"]
+
+_WORDS = ("epto ", "total ", "order ", "text ", "hello ", "replica ", "a ", "\n")
+
+
+@attrs.frozen(kw_only=True)
+class EditorConfig:
+    """How an :class:`EditorServer` serves its pages and shares its cursor."""
+
+    http: Address = "127.0.0.1:0"
+    """Where the page and its WebSocket are served."""
+    presence: Address = "127.0.0.1:0"
+    """UDP address of this replica's presence datagrams."""
+    presence_peers: Mapping[int, Address] = attrs.field(factory=dict)
+    """The other replicas' presence addresses."""
+    name: str = ""
+    """Shown next to this replica's cursor on the others' pages (default: ``replica ID``)."""
+    replica: ReplicaConfig = attrs.field(factory=ReplicaConfig)
+    horizon: int = 10_000
+    """Operations of history kept (``TextDocument(horizon=...)``)."""
+    bot: int = 0
+    """Edits a bot types (0: no bot)."""
+    bot_rate: float = 5.0
+    """The bot's edits per second."""
+    bot_seed: int | None = None
+
+
+class EditorServer:
+    """One replica of the text and the web pages that edit it."""
+
+    def __init__(self, node: NodeConfig, config: EditorConfig | None = None) -> None:
+        self.config = cfg = config if config is not None else EditorConfig()
+        self.pid = node.pid
+        self.doc = TextDocument(author=node.pid, horizon=cfg.horizon)
+        self.node = ReplicatedNode(self.doc, node, attrs.evolve(cfg.replica, on_applied=self._pump))
+        self.name = cfg.name or f"replica {node.pid}"
+        self.presence = Presence(node.pid)
+        self._pages: dict[PageSession, trio.MemorySendChannel[str]] = {}
+        self._caret = (0, 0)
+        self._caret_moved = trio.Event()
+        self._udp: trio.socket.SocketType | None = None
+        self._nursery: trio.Nursery | None = None
+        self._stack: AsyncExitStack | None = None
+        self.url = ""
+        self.presence_address = ""
+        self.bot_done = trio.Event()
+        self.edits_sent = 0
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        async with AsyncExitStack() as stack:
+            await stack.enter_async_context(self.node)
+            udp = self._udp = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
+            stack.callback(udp.close)
+            nursery = self._nursery = await stack.enter_async_context(trio.open_nursery())
+            stack.callback(nursery.cancel_scope.cancel)  # runs first on the way out
+            host, port = parse_host_port(self.config.http)
+            serve = functools.partial(trio.serve_tcp, self._serve, port, host=host)
+            listeners = await nursery.start(serve)
+            bound = listeners[0].socket.getsockname()
+            self.url = f"http://{bound[0]}:{bound[1]}/"
+            host, port = parse_host_port(self.config.presence)
+            await udp.bind((host, port))
+            bound = udp.getsockname()
+            self.presence_address = f"{bound[0]}:{bound[1]}"
+            nursery.start_soon(self._presence_receiver)
+            nursery.start_soon(self._presence_sender)
+            if self.config.bot:
+                nursery.start_soon(self._bot)
+            else:
+                self.bot_done.set()
+            self._pump()
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.__aexit__(exc_type, exc, tb)
+
+    # -- the document ----------------------------------------------------------------
+
+    def _pump(self) -> None:
+        """Submit what the document wants sent; push the view's changes."""
+        if self.node.replica.ready and self.node.node is not None:
+            for args in self.doc.take_outgoing():
+                self.node.submit("edit", *args)
+                self.edits_sent += 1
+        self._fan_out(exclude=None)
+
+    def _fan_out(self, exclude: PageSession | None) -> None:
+        changes = self.doc.take_changes()
+        if not changes:
+            return
+        for change in changes:
+            self.presence.moved(change.op)
+            pos, end = self._caret
+            self._caret = (transform_position(pos, change.op), transform_position(end, change.op))
+        for page in list(self._pages):
+            if page is exclude:
+                continue
+            if page.behind() + len(changes) > KEEP or any(c.remote and not c.op for c in changes):
+                # A state transfer (or a page that stopped building on what it
+                # is sent): the whole text.
+                self._send(page, page.reset(self.doc.view))
+                continue
+            for change in changes:
+                self._send(page, page.push(change.op))
+        self._send_all(self.presence.message())
+
+    def _send(self, page: PageSession, message: dict[str, Any]) -> None:
+        channel = self._pages.get(page)
+        if channel is None:
+            return
+        try:
+            channel.send_nowait(json.dumps(message))
+        except trio.WouldBlock:
+            channel.close()  # too slow a page: it reconnects and gets the whole text
+            self._pages.pop(page, None)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._pages.pop(page, None)
+
+    def _send_all(self, message: dict[str, Any]) -> None:
+        for page in list(self._pages):
+            self._send(page, message)
+
+    def local_edit(self, op: Operation) -> None:
+        """An edit of the local view by this replica's user (a bot, a test)."""
+        self.doc.local_edit(op)
+        self._pump()
+
+    # -- the pages ---------------------------------------------------------------------
+
+    def _files(self) -> dict[str, tuple[bytes, str]]:
+        page = resources.files("epto.apps").joinpath("editor_static", "index.html").read_bytes()
+        return {"/": (page, "text/html; charset=utf-8")}
+
+    async def _serve(self, stream: trio.SocketStream) -> None:
+        await serve_http(stream, self._files(), self._page)
+
+    async def _page(self, ws: WebSocket) -> None:
+        page = PageSession()
+        send, receive = trio.open_memory_channel[str](100_000)
+        self._pages[page] = send
+        hello = {
+            "type": "hello",
+            "author": self.pid,
+            "name": self.name,
+            "color": color_of(self.pid),
+        }
+        self._send(page, hello)
+        self._fan_out(exclude=None)
+        self._send(page, page.reset(self.doc.view))
+        self._send(page, self.presence.message())
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._writer, ws, receive, nursery.cancel_scope)
+                while True:
+                    try:
+                        raw = await ws.receive()
+                    except WebSocketClosed:
+                        break
+                    self._from_page(page, raw)
+                nursery.cancel_scope.cancel()
+        finally:
+            self._pages.pop(page, None)
+            send.close()
+            with trio.CancelScope(shield=True), trio.move_on_after(1):
+                await ws.aclose()
+
+    async def _writer(
+        self, ws: WebSocket, receive: trio.MemoryReceiveChannel[str], scope: trio.CancelScope
+    ) -> None:
+        try:
+            async for text in receive:
+                await ws.send(text)
+        except WebSocketClosed:
+            pass
+        scope.cancel()
+
+    def _from_page(self, page: PageSession, raw: str) -> None:
+        try:
+            message = json.loads(raw)
+            kind = message["type"]
+            if kind == "edit":
+                op = decode(message["edits"])
+                if not self.node.replica.ready:
+                    return  # a joining replica: its state transfer resets the page
+                self._fan_out(exclude=None)  # what the page must be told first
+                rebased, ack = page.receive(message["base"], op)
+                self.doc.local_edit(rebased)
+                self._send(page, ack)
+                self._fan_out(exclude=page)
+                self._pump()
+            elif kind == "cursor":
+                pos = page.position(message["base"], message["pos"])
+                end = page.position(message["base"], message["end"])
+                self._caret = (pos, end)
+                self._caret_moved.set()
+        except StalePage:
+            pass  # made before a reset the page is being sent: dropped
+        except (ValueError, KeyError, TypeError):
+            pass  # a malformed message from a page: ignored
+
+    # -- presence ----------------------------------------------------------------------
+
+    def _presence_datagram(self) -> bytes:
+        pos, end = self._caret
+        message = {"author": self.pid, "name": self.name, "color": color_of(self.pid)}
+        return json.dumps({**message, "pos": pos, "end": end}).encode()
+
+    async def _presence_sender(self) -> None:
+        assert self._udp is not None
+        peers = [parse_host_port(a) for p, a in self.config.presence_peers.items() if p != self.pid]
+        while True:
+            with trio.move_on_after(1.0):
+                await self._caret_moved.wait()
+                await trio.sleep(0.03)  # a burst of keystrokes: one datagram
+            self._caret_moved = trio.Event()
+            data = self._presence_datagram()
+            for host, port in peers:
+                with contextlib.suppress(OSError):  # lossy by design
+                    await self._udp.sendto(data, (host, port))
+            if self.presence.expire(trio.current_time()):
+                self._send_all(self.presence.message())
+
+    async def _presence_receiver(self) -> None:
+        assert self._udp is not None
+        while True:
+            data, _ = await self._udp.recvfrom(4096)
+            try:
+                message = json.loads(data)
+            except ValueError:
+                continue
+            if self.presence.heard(message, trio.current_time(), len(self.doc.view)):
+                self._send_all(self.presence.message())
+
+    # -- the bot -------------------------------------------------------------------------
+
+    async def _bot(self) -> None:
+        await self.node.wait_ready()
+        rng = random.Random(self.config.bot_seed)
+        for _ in range(self.config.bot):
+            await trio.sleep(rng.expovariate(self.config.bot_rate))
+            op = _random_edit(rng, self.doc.view)
+            self.local_edit(op)
+            edit = op[0]
+            pos = edit.pos + len(edit.text) if isinstance(edit, Insert) else edit.pos
+            self._caret = (pos, pos)
+            self._caret_moved.set()
+        self.bot_done.set()
+
+
+def _random_edit(rng: random.Random, text: str) -> Operation:
+    """A word typed or a few characters deleted at a random place."""
+    if len(text) > 40 and rng.random() < 0.3:
+        pos = rng.randrange(len(text) - 1)
+        return (Delete(pos, rng.randint(1, min(6, len(text) - pos))),)
+    return (Insert(rng.randint(0, len(text)), rng.choice(_WORDS)),)
