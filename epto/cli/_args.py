@@ -38,3 +38,15 @@ def positive_float(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
+
+
+def peer_addresses(specs: list[str], flag: str, command: str) -> dict[int, str]:
+    """``ID=HOST:PORT`` options (``--peer``, ``--contact``, ...) as a mapping;
+    a malformed one stops ``command`` with one line."""
+    out: dict[int, str] = {}
+    for spec in specs:
+        pid, sep, address = spec.partition("=")
+        if not sep or not pid.isdigit():
+            raise SystemExit(f"{command}: {flag} wants ID=HOST:PORT, got {spec!r}")
+        out[int(pid)] = address
+    return out

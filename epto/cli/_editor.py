@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 from .._defaults import DEFAULT_ROUND_INTERVAL
-from ._args import non_negative_int, positive_float, positive_int
+from ._args import non_negative_int, peer_addresses, positive_float, positive_int
 
 
 def register(sub: Any) -> None:
@@ -87,16 +87,6 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _peers(specs: list[str], flag: str) -> dict[int, str]:
-    out: dict[int, str] = {}
-    for spec in specs:
-        pid, sep, address = spec.partition("=")
-        if not sep or not pid.isdigit():
-            raise SystemExit(f"epto editor: {flag} wants ID=HOST:PORT, got {spec!r}")
-        out[int(pid)] = address
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
     try:
         import trio
@@ -109,12 +99,12 @@ def run(args: argparse.Namespace) -> int:
     from epto.endpoint import NodeConfig, parse_host_port
     from epto.transports.trio_rsm import ReplicaConfig
 
-    members = _peers(args.peer, "--peer")
-    contacts = _peers(args.contact, "--contact")
+    members = peer_addresses(args.peer, "--peer", "epto editor")
+    contacts = peer_addresses(args.contact, "--contact", "epto editor")
     if not contacts:
         members[args.id] = args.bind
-    transfers = _peers(args.peer_transfer, "--peer-transfer")
-    presence = _peers(args.peer_presence, "--peer-presence")
+    transfers = peer_addresses(args.peer_transfer, "--peer-transfer", "epto editor")
+    presence = peer_addresses(args.peer_presence, "--peer-presence", "epto editor")
     for address in (
         args.bind,
         args.http,

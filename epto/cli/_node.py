@@ -42,7 +42,7 @@ import time
 from typing import Any, TextIO
 
 from .._defaults import DEFAULT_CLOCK, DEFAULT_ROUND_INTERVAL
-from ._args import positive_float, positive_int
+from ._args import peer_addresses, positive_float, positive_int
 from ._sink import Sink
 
 _SECONDS = f"seconds (default {DEFAULT_ROUND_INTERVAL:g}, as NodeConfig)"
@@ -161,16 +161,6 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _peers(specs: list[str], flag: str) -> dict[int, str]:
-    out: dict[int, str] = {}
-    for spec in specs:
-        pid, sep, address = spec.partition("=")
-        if not sep or not pid.isdigit():
-            raise SystemExit(f"epto node: {flag} wants ID=HOST:PORT, got {spec!r}")
-        out[int(pid)] = address
-    return out
-
-
 def _ring_config(args: argparse.Namespace, group: int) -> Any:
     """The token-ring parameters: defaults, then the flags given.
 
@@ -202,8 +192,8 @@ def _config(args: argparse.Namespace) -> Any:
     import epto
     from epto.transports import NodeConfig
 
-    members = _peers(args.peer, "--peer")
-    contacts = _peers(args.contact, "--contact")
+    members = peer_addresses(args.peer, "--peer", "epto node")
+    contacts = peer_addresses(args.contact, "--contact", "epto node")
     if not contacts:
         members[args.id] = args.bind
     protocol = None
