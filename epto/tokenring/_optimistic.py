@@ -146,6 +146,11 @@ class OptimisticPath:
         self.deliver_due(now)
         return [eid for eid in tentative if eid in pool]
 
+    def tentative_count(self) -> int:
+        """Messages delivered optimistically and not final yet (at least the
+        ones the holder could sequence now)."""
+        return len(self._tentative)
+
     def timer(self) -> float:
         if self._s.role not in (Role.CORE, Role.EXTERNAL):
             return math.inf

@@ -281,6 +281,9 @@ class TokenPath:
         s = self._s
         want = min(s.cfg.max_batch, seqr.BATCH_IDS)
         pool = s.book.pool
+        optimistic = self._optimistic
+        if optimistic is not None and optimistic.tentative_count() < want:
+            return False  # not a full batch delivered optimistically: no pool scan
         if len(pool) < want or len(seqr.pick(token, self._order(now), want)) < want:
             # Not a full batch that this visit could sequence (a source's next
             # message may be missing): passing at once would send the token round
