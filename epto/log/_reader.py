@@ -190,7 +190,21 @@ def iter_raw(
             break
     if skip_missing:
         return
-    durable = None if manifest is None else manifest.end
+    check_end(node_dir, expected, end, None if manifest is None else manifest.end, torn=torn)
+
+
+def check_end(
+    node_dir: str | os.PathLike[str],
+    expected: int,
+    end: int | None,
+    durable: int | None,
+    *,
+    torn: bool,
+) -> None:
+    """After a walk that stopped before index ``expected``: raise
+    :class:`LogTailLostError` if the manifest says records up to ``durable``
+    were durable, :class:`LogGapError` if ``end`` was asked for and the log
+    (not torn) ends before it."""
     if durable is not None and expected < durable and (end is None or expected < end):
         raise _tail_lost(node_dir, expected, durable)
     if end is not None and expected < end and not torn:

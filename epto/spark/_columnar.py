@@ -30,7 +30,7 @@ import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from .._errors import EptoError
 from ..log._manifest import read_manifest
-from ..log._reader import LogExtent, LogGapError, _load, _tail_lost, list_segments
+from ..log._reader import LogExtent, LogGapError, _load, check_end, list_segments
 from ..log._segment import (
     BODY,
     FLAG_HAS_BROADCAST,
@@ -154,11 +154,7 @@ def scan_frames(
             break
     if skip_missing:
         return
-    durable = None if manifest is None else manifest.end
-    if durable is not None and expected < durable and (end is None or expected < end):
-        raise _tail_lost(node_dir, expected, durable)
-    if end is not None and expected < end and not torn:
-        raise LogGapError(f"{node_dir}: log ends at index {expected}, {end} was asked for")
+    check_end(node_dir, expected, end, None if manifest is None else manifest.end, torn=torn)
 
 
 def _steps(count: int, step: int, first: int = 0) -> pa.Array:

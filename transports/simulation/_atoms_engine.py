@@ -21,7 +21,6 @@ from typing import Any, ClassVar, Literal
 
 from epto import (
     Config,
-    ConfigurationError,
     CyclonConfig,
     Delivery,
     EventId,
@@ -34,7 +33,15 @@ from epto.atoms import AtomsConfig, AtomsProcess, SequencingGraph, zipf_membersh
 from epto.check import CheckReport, OrderViolation, PairwiseReport, check_pairwise
 
 from ._latency import LatencyModel
-from ._members import Engine, Flush, Member, Members, Send, SimulationObserver
+from ._members import (
+    Engine,
+    Flush,
+    Member,
+    Members,
+    Send,
+    SimulationObserver,
+    refuse_round_options,
+)
 from ._spec import SimulationSpec
 
 
@@ -88,11 +95,9 @@ class AtomsEngine(Engine):
         sampler: Callable[[ProcessId, Membership], PeerSampler] | None,
         pss: Literal["full"] | CyclonConfig,
     ) -> None:
-        if drift or jitter or sampler is not None or pss != "full":
-            raise ConfigurationError(
-                "sequencing atoms have no rounds nor peer sampling: drift, jitter, sampler "
-                "and pss do not apply"
-            )
+        refuse_round_options(
+            "sequencing atoms have", drift=drift, jitter=jitter, sampler=sampler, pss=pss
+        )
 
     def default_round_interval(self) -> float:
         return 1.0

@@ -31,7 +31,6 @@ import attrs
 
 from epto import (
     Config,
-    ConfigurationError,
     CyclonConfig,
     Delivery,
     EventId,
@@ -52,7 +51,15 @@ from epto.wire import Ball
 from ._atoms_engine import AtomsEngine
 from ._calendar import TIMER
 from ._latency import LatencyModel
-from ._members import Engine, Flush, Member, Members, Send, SimulationObserver
+from ._members import (
+    Engine,
+    Flush,
+    Member,
+    Members,
+    Send,
+    SimulationObserver,
+    refuse_round_options,
+)
 from ._spec import SimulationSpec
 
 _SENDING_ROLES = (Role.CORE, Role.EXTERNAL)
@@ -298,11 +305,9 @@ class TokenRingEngine(Engine):
         sampler: Callable[[ProcessId, Membership], PeerSampler] | None,
         pss: Literal["full"] | CyclonConfig,
     ) -> None:
-        if drift or jitter or sampler is not None or pss != "full":
-            raise ConfigurationError(
-                "a token ring has no rounds nor peer sampling: drift, jitter, sampler and "
-                "pss do not apply"
-            )
+        refuse_round_options(
+            "a token ring has", drift=drift, jitter=jitter, sampler=sampler, pss=pss
+        )
 
     def default_round_interval(self) -> float:
         return self.config.heartbeat_interval

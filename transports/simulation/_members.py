@@ -54,6 +54,22 @@ Flush = Callable[[ProcessId, Member, float], None]
 """Drains a process's outputs (messages and deliveries) after an input."""
 
 
+def refuse_round_options(
+    subject: str,
+    *,
+    drift: float,
+    jitter: float,
+    sampler: object,
+    pss: object,
+) -> None:
+    """For an engine without rounds nor peer sampling (token ring, atoms):
+    refuse the options that would not apply (``subject``: "a token ring has")."""
+    if drift or jitter or sampler is not None or pss != "full":
+        raise ConfigurationError(
+            f"{subject} no rounds nor peer sampling: drift, jitter, sampler and pss do not apply"
+        )
+
+
 class SimulationObserver:
     """Receives what happens in a simulation; override what you need.
 
