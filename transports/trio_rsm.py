@@ -289,9 +289,14 @@ class ReplicatedNode:
                     self.transfer_failures += 1
                     continue
                 async with self._applying:
-                    # In a worker thread: restoring a large state takes seconds,
-                    # during which the node must keep answering the group.
-                    restored = await trio.to_thread.run_sync(self.replica.restore, snapshot)
+                    self.replica.check_restorable(snapshot)
+                    # The machine's restore in a worker thread: it takes seconds
+                    # for a large state, and the node must keep answering the
+                    # group. The replica's own bookkeeping (cut, digests, buffer)
+                    # stays in this thread, where the audits and the transfer
+                    # server read it.
+                    await trio.to_thread.run_sync(self.machine.restore, snapshot.state)
+                    restored = self.replica.restore(snapshot, state_restored=True)
                     self._complete(restored)
                     if self.config.on_applied is not None:
                         self.config.on_applied()

@@ -176,14 +176,21 @@ class Replica:
             return self._dropped if head is None else max(self._dropped, order_key(head))
         return order_key(self._buffer[0]) if self._buffer else None
 
-    def restore(self, snapshot: Snapshot) -> list[Applied]:
-        """Take ``snapshot``'s state, then apply the buffered deliveries after
-        its cut; the commands applied. Raises ``ValueError`` if the snapshot
-        does not reach :meth:`needed`."""
+    def check_restorable(self, snapshot: Snapshot) -> None:
+        """Raise ``ValueError`` unless ``snapshot`` reaches :meth:`needed`."""
         need = self.needed()
         if need is not None and (snapshot.cut is None or snapshot.cut < need):
             raise ValueError(f"snapshot at {snapshot.cut} does not reach {need}")
-        self.machine.restore(snapshot.state)
+
+    def restore(self, snapshot: Snapshot, *, state_restored: bool = False) -> list[Applied]:
+        """Take ``snapshot``'s state, then apply the buffered deliveries after
+        its cut; the commands applied. Raises ``ValueError`` if the snapshot
+        does not reach :meth:`needed`. With ``state_restored`` the caller has
+        already handed ``snapshot.state`` to the machine's ``restore`` (a driver
+        does that slow part in a worker thread, this bookkeeping in its own)."""
+        self.check_restorable(snapshot)
+        if not state_restored:
+            self.machine.restore(snapshot.state)
         self.cut = snapshot.cut
         self.applied = snapshot.applied
         self.digest = snapshot.digest
