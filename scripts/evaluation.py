@@ -10,6 +10,8 @@
     python scripts/evaluation.py --plots-only    # redraw from the saved results
     python scripts/evaluation.py --rerun --spark 'local[2]'   # the runs as Spark tasks
     python scripts/evaluation.py --rerun --spark spark://HOST:7077  # on a cluster
+    python scripts/evaluation.py --rerun --standalone 2   # on a standalone cluster of
+                                                          # 2 one-core workers started here
 
 Results go to docs/evaluation/results.json (one entry per configuration), plots
 to docs/img/evaluation-*.png (Fig. 9, churn with Cyclon, through ``epto bench
@@ -449,7 +451,10 @@ def fig9(*, rerun: bool) -> None:
 
 
 def run_on_spark(
-    chosen: dict[str, list[dict[str, Any]]], results: dict[str, dict[str, Any]], args: Any
+    chosen: dict[str, list[dict[str, Any]]],
+    results: dict[str, dict[str, Any]],
+    args: Any,
+    spark: Any = None,
 ) -> None:
     """Every configuration still to run, as one Spark task each (the largest
     first, so that they do not all end up behind one another on one core)."""
@@ -463,7 +468,13 @@ def run_on_spark(
     ]
     todo.sort(key=lambda item: -item[1]["processes"] * item[1].get("rounds", 1))
     start = time.monotonic()
-    done = sweep([cfg for _, cfg in todo], runner=run_one, master=args.spark, slices=len(todo) or 1)
+    done = sweep(
+        [cfg for _, cfg in todo],
+        runner=run_one,
+        master=args.spark,
+        spark=spark,
+        slices=len(todo) or 1,
+    )
     wall = time.monotonic() - start
     for (key, _), r in zip(todo, done, strict=True):
         results[key] = r
@@ -492,6 +503,14 @@ def main(argv: list[str] | None = None) -> int:
         "cluster's URL (its workers need epto); results and plots as without it",
     )
     parser.add_argument(
+        "--standalone",
+        type=int,
+        metavar="WORKERS",
+        help="start a Spark standalone cluster on 127.0.0.1 (a master and WORKERS one-core "
+        "workers, epto.spark.standalone_cluster), run the configurations on it as with "
+        "--spark, and stop it",
+    )
+    parser.add_argument(
         "--import-summary",
         action="append",
         default=[],
@@ -509,7 +528,24 @@ def main(argv: list[str] | None = None) -> int:
         if args.only:
             wanted = set(args.only.split(","))
             chosen = {k: v for k, v in chosen.items() if k in wanted}
-        if args.spark:
+        if args.standalone:
+            import tempfile
+
+            from epto.spark import session, standalone_cluster
+
+            with (
+                tempfile.TemporaryDirectory(prefix="epto-standalone-") as work,
+                standalone_cluster(work, workers=args.standalone, memory="2g") as master,
+            ):
+                args.spark = master
+                spark = session(master, app_name="epto-evaluation")
+                try:
+                    run_on_spark(chosen, results, args, spark)
+                finally:
+                    # Before the daemons go: executors lost mid-application log errors.
+                    spark.stop()
+            chosen = {}
+        elif args.spark:
             run_on_spark(chosen, results, args)
             chosen = {}
         for exp, configs in chosen.items():

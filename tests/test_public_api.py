@@ -133,6 +133,7 @@ EXPORTS: dict[str, frozenset[str]] = {
             "register",
             "session",
             "simulate",
+            "standalone_cluster",
             "sweep",
             "worker_settings",
         }

@@ -9,7 +9,9 @@ rows into a running group through a :class:`Gateway` (a member that listens
 for Spark tasks); members de-duplicate retried rows with :class:`SinkRows`.
 
 :func:`sweep` runs independent seeded simulations (a :func:`grid` of
-``SimulationSpec`` fields) on the executors and gathers their summaries.
+``SimulationSpec`` fields) on the executors and gathers their summaries;
+:func:`standalone_cluster` starts a Spark master and workers on this machine,
+to try cluster mode without a cluster.
 
 :func:`analyze` verifies total order, integrity and agreement of a directory
 of logs on Spark and measures delivery delays. Importing this package does not
@@ -25,6 +27,7 @@ from ._rows import SinkStatistics as SinkStatistics
 from ._session import register as register
 from ._session import session as session
 from ._session import worker_settings as worker_settings
+from ._standalone import standalone_cluster as standalone_cluster
 from ._sweep import grid as grid
 from ._sweep import simulate as simulate
 from ._sweep import sweep as sweep
@@ -40,6 +43,7 @@ __all__ = [
     "register",
     "session",
     "simulate",
+    "standalone_cluster",
     "sweep",
     "worker_settings",
 ]

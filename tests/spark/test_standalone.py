@@ -19,9 +19,9 @@ import pytest
 
 import epto
 from epto.log import check_logs, list_nodes, read_log
+from epto.spark import standalone_cluster
 
 from ._cluster import run_cluster
-from ._standalone import standalone_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.slow]
 JOB = Path(__file__).with_name("_cluster_job.py")

@@ -1,4 +1,11 @@
-"""A Spark standalone cluster on 127.0.0.1 (a master and workers) from the pyspark package."""
+"""A Spark standalone cluster on 127.0.0.1 (a master and workers) from the pyspark package.
+
+For trying cluster mode on one machine (executors in their own JVMs, Python
+workers started by them, nothing inherited from the driver's environment):
+the tests use it, and so does ``scripts/evaluation.py --standalone N`` to run
+the EpTO paper's evaluation sweep on a real master without a cluster at hand.
+A production cluster is started by its operators; pass its URL instead.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +18,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-from epto.transports._ports import free_ports
 
 
 def spark_home() -> Path:
@@ -45,8 +50,23 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def standalone_cluster(work: Path, *, workers: int = 1, cores: int = 1) -> Iterator[str]:
-    """Start a master and ``workers`` workers; yields the master URL; stops them all."""
+def standalone_cluster(
+    work: str | os.PathLike[str], *, workers: int = 1, cores: int = 1, memory: str = "1g"
+) -> Iterator[str]:
+    """Start a Spark master and ``workers`` workers (``cores`` cores and
+    ``memory`` each) on 127.0.0.1; yields the master URL (``spark://...``)
+    and stops them all on exit. Logs and work directories go under ``work``.
+
+    Waits up to 90 s for each daemon to start (a ``RuntimeError`` with the end
+    of its log otherwise). Pass the URL to :func:`epto.spark.session`; the
+    executors do not see the caller's virtual environment, and the session's
+    settings bring this ``epto`` to them (:func:`worker_settings`).
+    """
+    work = Path(work)
+    if workers < 1 or cores < 1:
+        raise ValueError(f"workers and cores must be positive, got {workers} and {cores}")
+    from epto.transports._ports import free_ports
+
     home = spark_home()
     spark_class = home / "bin" / "spark-class"
     # The daemons (and so the executors they start) see no virtual environment
@@ -97,7 +117,7 @@ def standalone_cluster(work: Path, *, workers: int = 1, cores: int = 1) -> Itera
                     "org.apache.spark.deploy.worker.Worker",
                     url,
                     *("--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)),
-                    *("--cores", str(cores), "--memory", "1g"),
+                    *("--cores", str(cores), "--memory", memory),
                     *("--work-dir", str(work / f"work-{i}")),
                 ],
             )
