@@ -1,4 +1,4 @@
-"""Many trio nodes on UDP loopback sockets, across worker processes: every event everywhere, one order.
+"""Many trio nodes on UDP loopback sockets, in worker processes: every event everywhere, one order.
 
 Each node binds its own UDP socket on 127.0.0.1 and runs its own round timer.
 ``--workers W`` spawns W processes, each hosting a contiguous block of the
@@ -14,6 +14,7 @@ through ``epto.check``. Protocol parameters default to
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import time
 from typing import Any
@@ -82,7 +83,7 @@ def _loadavg() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
-def _blocks(n: int, parts: int) -> list[tuple[int, ...]]:
+def blocks(n: int, parts: int) -> list[tuple[int, ...]]:
     """``range(n)`` in ``parts`` contiguous blocks whose sizes differ by one at most."""
     size, extra = divmod(n, parts)
     out, start = [], 0
@@ -176,10 +177,8 @@ class _Workers:
 
     def close(self) -> None:
         for box in self.outboxes:
-            try:
+            with contextlib.suppress(OSError):
                 box.close()
-            except OSError:
-                pass
         for runner in self.runners:
             runner.join(timeout=30)
             if runner.is_alive() and hasattr(runner, "kill"):
@@ -212,7 +211,7 @@ def measure(
             config=config,
             seed=seed,
         )
-        for block in _blocks(nodes, workers)
+        for block in blocks(nodes, workers)
     ]
     setup_limit = 60.0 + 0.2 * nodes  # spawning, importing, binding: generous
     started = time.monotonic()
