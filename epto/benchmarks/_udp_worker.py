@@ -27,7 +27,7 @@ import attrs
 
 from epto import Config, EventId
 
-_LAG_PERIOD = 0.05
+LAG_PERIOD = 0.05
 """Seconds between two probes of the event loop's lag."""
 
 
@@ -115,8 +115,8 @@ async def _run(inbox: Connection, outbox: Connection, spec: WorkerSpec) -> None:
         # How late the loop wakes a sleeping task: rounds are late by as much.
         while True:
             before = trio.current_time()
-            await trio.sleep(_LAG_PERIOD)
-            lags.append(trio.current_time() - before - _LAG_PERIOD)
+            await trio.sleep(LAG_PERIOD)
+            lags.append(trio.current_time() - before - LAG_PERIOD)
 
     async def say_done() -> None:
         await complete.wait()
@@ -156,6 +156,7 @@ async def _run(inbox: Connection, outbox: Connection, spec: WorkerSpec) -> None:
                 "cpu_run": cpu_end - cpu_go,
                 "lags": lags,
                 "rounds": max(s.rounds for s in stats),
+                "rounds_min": min(s.rounds for s in stats),
                 "datagrams_sent": sum(s.datagrams_sent for s in stats),
                 "datagrams_received": sum(s.datagrams_received for s in stats),
                 "send_failures": sum(s.send_failures for s in stats),

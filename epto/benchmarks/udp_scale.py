@@ -276,6 +276,7 @@ def measure(
         "latencies": sorted(latencies),
         "lags": sorted(lag for r in results for lag in r["lags"]),
         "rounds": max(r["rounds"] for r in results),
+        "rounds_min": min(r["rounds_min"] for r in results),
         "workers": [
             {"nodes": len(spec.pids), "cpu": r["cpu"], "cpu_run": r["cpu_run"]}
             for spec, r in zip(specs, results, strict=True)
@@ -298,6 +299,8 @@ def _quantile(ordered: list[float], q: float) -> float:
 
 
 def print_report(r: dict[str, Any], config: Config) -> None:
+    from ._udp_worker import LAG_PERIOD
+
     n, total = r["nodes"], r["events"]
     print(f"setup {r['setup']:.2f} s (spawn, bind, address table, barrier)")
     finish = f"{r['last_done']:.2f} s" if r["last_done"] is not None else "never"
@@ -306,7 +309,10 @@ def print_report(r: dict[str, Any], config: Config) -> None:
         f"deliveries {r['deliveries']} of {n * total}; missing {r['missing']}; "
         f"holes the nodes detected {r['holes_detected']}"
     )
-    print(f"rounds run (max) {r['rounds']} of {config.round_interval} s")
+    print(
+        f"rounds run per node: {r['rounds_min']} to {r['rounds']} of {config.round_interval} s "
+        "(a round later than the next one's slot is skipped)"
+    )
     lat = r["latencies"]
     print(
         "latency broadcast -> delivery, s: "
@@ -314,9 +320,11 @@ def print_report(r: dict[str, Any], config: Config) -> None:
         + f", max {lat[-1] if lat else float('nan'):.2f} ({len(lat)} deliveries)"
     )
     lags = r["lags"]
+    late = sum(lags) / (sum(lags) + len(lags) * LAG_PERIOD) if lags else float("nan")
     print(
-        f"event-loop lag, s: p50 {_quantile(lags, 0.5):.3f}, p99 {_quantile(lags, 0.99):.3f}, "
-        f"max {lags[-1] if lags else float('nan'):.3f}"
+        f"event-loop lag (a {LAG_PERIOD} s sleep wakes late by), s: p50 "
+        f"{_quantile(lags, 0.5):.3f}, p99 {_quantile(lags, 0.99):.3f}, "
+        f"max {lags[-1] if lags else float('nan'):.3f}; late {late:.0%} of the time"
     )
     drops = "unknown" if r["udp_drops"] is None else str(r["udp_drops"])
     print(
