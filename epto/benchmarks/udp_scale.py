@@ -281,7 +281,10 @@ def measure(
             {"nodes": len(spec.pids), "cpu": r["cpu"], "cpu_run": r["cpu_run"]}
             for spec, r in zip(specs, results, strict=True)
         ],
-        "cpu_parent": time.process_time() - cpu_parent,
+        # One worker is a thread of this process: its CPU time is not the parent's.
+        "cpu_parent": time.process_time()
+        - cpu_parent
+        - (results[0]["cpu"] if workers == 1 else 0.0),
         "wall": time.monotonic() - started,
         "udp_drops": None
         if drops_before is None or drops_after is None
