@@ -85,3 +85,14 @@ def test_digests_tell_orders_apart() -> None:
 def test_zero_workers_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="--workers"):
         udp_scale.run(_args("--nodes", "4", "--workers", "0"))
+
+
+def test_a_run_cut_by_the_timeout_fails_and_still_reports(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A zero timeout stops the workers as soon as the broadcasts are out.
+    args = _args("--nodes", "10", "--workers", "2", "--round-interval", "0.2", "--timeout", "0")
+    assert udp_scale.run(args) == 1
+    out = capsys.readouterr().out
+    assert "all delivered: False, not within the timeout" in out
+    assert "worker 0: 5 nodes" in out and "worker 1: 5 nodes" in out

@@ -176,6 +176,7 @@ class _Workers:
         return done
 
     def close(self) -> None:
+        # Closing our ends wakes a worker still waiting for the parent (EOF).
         for box in self.outboxes:
             with contextlib.suppress(OSError):
                 box.close()
@@ -184,6 +185,8 @@ class _Workers:
             if runner.is_alive() and hasattr(runner, "kill"):
                 runner.kill()
                 runner.join(timeout=5)
+        for box in self.inboxes:
+            box.close()
 
 
 def measure(
@@ -306,8 +309,10 @@ def print_report(r: dict[str, Any], config: Config) -> None:
 
     n, total = r["nodes"], r["events"]
     print(f"setup {r['setup']:.2f} s (spawn, bind, address table, barrier)")
-    finish = f"{r['last_done']:.2f} s" if r["last_done"] is not None else "never"
-    print(f"all delivered: {r['complete']}, by the last worker after {finish}")
+    if r["complete"]:
+        print(f"all delivered: True, by the last worker after {r['last_done']:.2f} s")
+    else:
+        print("all delivered: False, not within the timeout")
     print(
         f"deliveries {r['deliveries']} of {n * total}; missing {r['missing']}; "
         f"holes the nodes detected {r['holes_detected']}"
