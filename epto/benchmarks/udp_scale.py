@@ -23,7 +23,7 @@ from epto import Config
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--nodes", type=int, default=200)
+    p.add_argument("--nodes", type=int, default=200, help="group size")
     p.add_argument(
         "--workers",
         type=int,
