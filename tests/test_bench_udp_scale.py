@@ -90,8 +90,9 @@ def test_zero_workers_is_refused() -> None:
 def test_a_run_cut_by_the_timeout_fails_and_still_reports(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # A zero timeout stops the workers as soon as the broadcasts are out.
-    args = _args("--nodes", "10", "--workers", "2", "--round-interval", "0.2", "--timeout", "0")
+    # A zero timeout stops the workers at the instant they broadcast: no
+    # round has run since, so no node can have delivered anything.
+    args = _args("--nodes", "10", "--workers", "2", "--round-interval", "1", "--timeout", "0")
     assert udp_scale.run(args) == 1
     out = capsys.readouterr().out
     assert "all delivered: False, not within the timeout" in out

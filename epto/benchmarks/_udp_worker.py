@@ -5,7 +5,7 @@ The worker talks to the parent over two one-way pipes, in this order::
     worker -> parent  ("bound", {pid: "host:port"})   its nodes' sockets are bound
     parent -> worker  ("table", {pid: "host:port"})   every node of every worker
     worker -> parent  ("ready", None)                 its nodes know the group
-    parent -> worker  ("go", None)                    broadcast now
+    parent -> worker  ("go", start)                   broadcast at time.time() == start
     worker -> parent  ("done", time)                  its nodes delivered everything
     parent -> worker  ("stop", None)                  every worker is done, or time is up
     worker -> parent  ("result", {...})               sequences, times, counters
@@ -131,7 +131,11 @@ async def _run(inbox: Connection, outbox: Connection, spec: WorkerSpec) -> None:
             for pid, address in table.items():
                 node.add_member(pid, address)
         outbox.send(("ready", None))
-        await _receive(inbox, "go")
+        # Every worker broadcasts at the same wall-clock instant: one that
+        # heard "go" first must not flood the others' nodes (whose loops then
+        # take long to hear it) before they broadcast too.
+        start: float = await _receive(inbox, "go")
+        await trio.sleep(max(0.0, start - time.time()))
         cpu_go = time.process_time()
         broadcast_at: dict[EventId, float] = {}
         for k in range(spec.events):

@@ -189,6 +189,10 @@ class _Workers:
             box.close()
 
 
+_START_DELAY = 0.5
+"""Seconds between the barrier and the broadcasts."""
+
+
 def measure(
     *,
     nodes: int,
@@ -228,9 +232,10 @@ def measure(
         pool.receive_all("ready", time.monotonic() + setup_limit)
         setup = time.monotonic() - started
         drops_before = _udp_drops()
-        go = time.time()
-        go_monotonic = time.monotonic()
-        pool.send_all("go")
+        # The workers are idle until then: they all hear "go" before it is due.
+        go = time.time() + _START_DELAY
+        go_monotonic = time.monotonic() + _START_DELAY
+        pool.send_all("go", go)
         done = pool.wait_done(go_monotonic + timeout)
         elapsed = time.monotonic() - go_monotonic
         pool.send_all("stop")
