@@ -242,7 +242,7 @@ def merge_parts(sources: list[list[Part]], limit: int) -> tuple[list[Part], int,
             floors[i] = floors[i + 1]
         if tops[i + 1] > tops[i]:
             tops[i] = tops[i + 1]
-    for (ttl, end, _, _), low, high in zip(cuts, floors, tops):
+    for (ttl, end, _, _), low, high in zip(cuts, floors, tops, strict=True):
         if end != start:
             parts.append((ttl, dict(islice(items, end - start)), low, high))
             start = end
