@@ -49,13 +49,30 @@ _ts = attrgetter("ts")
 _ttl_of = itemgetter(0)
 
 
-def _parts_of(layers: Layers) -> list[Part]:
-    """Parts of ``layers`` (sorted by ttl, none empty) with exact bounds."""
+def _parts_of(layers: Iterable[tuple[int, dict[EventId, Event]]]) -> list[Part]:
+    """Parts of ``(ttl, layer)`` pairs (by increasing ttl, none empty) with
+    exact bounds: every event's timestamp is read."""
     parts: list[Part] = []
-    for ttl, layer in layers.items():
+    for ttl, layer in layers:
         stamps = list(map(_ts, layer.values()))
         parts.append((ttl, layer, min(stamps), max(stamps)))
     return parts
+
+
+def _bounded(layers: list[tuple[int, dict[EventId, Event]]], merged: list[Part]) -> list[Part]:
+    """Parts of merged ``layers`` with bounds taken from the parts ``merged``
+    into them (by decreasing ttl) without reading an event: an id's event
+    comes from a part at or below its ttl, so a merged layer's floor is the
+    smallest floor at or below its ttl and its top the largest top."""
+    bounds: dict[int, tuple[int, int]] = {}
+    _, _, low, high = merged[-1]
+    for ttl, _, floor, top in reversed(merged):
+        if floor < low:
+            low = floor
+        if top > high:
+            high = top
+        bounds[ttl] = (low, high)
+    return [(ttl, layer, *bounds[ttl]) for ttl, layer in layers]
 
 
 class LayeredBall(Mapping[EventId, BallEntry]):
@@ -89,7 +106,7 @@ class LayeredBall(Mapping[EventId, BallEntry]):
             if layer is None:
                 layers[ttl] = layer = {}
             layer[eid] = event
-        self._parts = _parts_of(dict(sorted(layers.items())))
+        self._parts = _parts_of(sorted(layers.items()))
         self._layers = None
         self._size = len(entries)
         self.max_ts = max(map(itemgetter(3), self._parts), default=0)
@@ -105,7 +122,7 @@ class LayeredBall(Mapping[EventId, BallEntry]):
         size = sum(map(len, copied.values()))
         if len(ids) != size:
             raise ValueError("an event id is in more than one layer")
-        parts = _parts_of(copied)
+        parts = _parts_of(copied.items())
         return cls._of_parts(parts, size, max(map(itemgetter(3), parts), default=0))
 
     @classmethod
@@ -183,6 +200,12 @@ class _Values(ValuesView[BallEntry]):
                 yield (event, ttl)
 
 
+_EVENTS_PER_PART = 4
+"""Merges with fewer merged events than this many per part merged read the
+events' timestamps for the bounds (small groups: a few events per ttl);
+larger ones derive the bounds from the parts (measured with ``epto bench core``)."""
+
+
 def merge_parts(sources: list[list[Part]], limit: int) -> tuple[list[Part], int, int]:
     """Per event id, the copy with the largest ttl below ``limit`` among the
     balls ``sources``: ``(parts by increasing ttl, copies, largest top)``.
@@ -211,40 +234,29 @@ def merge_parts(sources: list[list[Part]], limit: int) -> tuple[list[Part], int,
     if skip == len(entries):
         return [], 0, 0
     folded: dict[EventId, Event] = {}
-    fold = folded.update
-    # Per ttl, from the highest: (ttl, size of `folded` after it, floor, top)
-    # of the layers with that ttl.
-    cuts: list[tuple[int, int, int, int]] = []
-    current, _, floor, top = entries[skip]
-    for ttl, layer, low, high in islice(entries, skip, None):
+    # (ttl, size of `folded` after the layers of that ttl), from the highest.
+    cuts: list[tuple[int, int]] = []
+    current = entries[skip][0]
+    for ttl, layer, _, _ in islice(entries, skip, None):
         if ttl != current:
-            cuts.append((current, len(folded), floor, top))
+            cuts.append((current, len(folded)))
             current = ttl
-            floor = low
-            top = high
-        else:
-            if low < floor:
-                floor = low
-            if high > top:
-                top = high
-        fold(layer)
-    cuts.append((current, len(folded), floor, top))
-    # An id's event comes from a layer at or below its ttl: a merged layer's
-    # bounds are those of every layer at or below it.
-    parts: list[Part] = []
+        # dict.update without a method call (no argument tuple per layer).
+        folded |= layer
+    cuts.append((current, len(folded)))
+    layers: list[tuple[int, dict[EventId, Event]]] = []
     items = iter(folded.items())
     start = 0
-    floors = [cut[2] for cut in cuts]
-    tops = [cut[3] for cut in cuts]
-    # Suffix minimum / maximum over the cuts (ttls decrease along `cuts`).
-    for i in range(len(cuts) - 2, -1, -1):
-        if floors[i + 1] < floors[i]:
-            floors[i] = floors[i + 1]
-        if tops[i + 1] > tops[i]:
-            tops[i] = tops[i + 1]
-    for (ttl, end, _, _), low, high in zip(cuts, floors, tops, strict=True):
+    for ttl, end in cuts:
         if end != start:
-            parts.append((ttl, dict(islice(items, end - start)), low, high))
+            layers.append((ttl, dict(islice(items, end - start))))
             start = end
-    parts.reverse()
-    return parts, len(folded), tops[0]
+    layers.reverse()
+    if len(folded) < _EVENTS_PER_PART * (len(entries) - skip):
+        # Few events, many parts: reading every merged event's timestamp
+        # costs less than a statement per part, and gives exact bounds.
+        parts = _parts_of(layers)
+    else:
+        parts = _bounded(layers, entries[skip:])
+    # The highest layer's top bounds every other (see _bounded).
+    return parts, len(folded), max(map(itemgetter(3), parts))

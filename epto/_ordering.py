@@ -59,6 +59,10 @@ _Ready: TypeAlias = tuple[int, int, int, int, Event]
 tie-break of Algorithm 2's stable sort); ``push`` makes entries distinct."""
 
 
+_SMALL_LAYER = 32
+"""Layers below this size are first tested whole against their bucket."""
+
+
 def _order_key(event: Event) -> tuple[int, int]:
     return (event.ts, event.source)
 
@@ -176,6 +180,9 @@ class Ordering:
                 bucket = buckets.get(birth)
                 if bucket is None:
                     self._take(layer, birth, layer)
+                    continue
+                # One call, which hashes every id again: cheap for a few.
+                if len(layer) < _SMALL_LAYER and bucket.issuperset(layer):
                     continue
                 rest = set(layer)
                 rest.difference_update(bucket)

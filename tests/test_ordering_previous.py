@@ -111,7 +111,7 @@ class PreviousOrdering:
         last = self.last_delivered_ts
 
         if ball:
-            layers = LayeredBall(ball).layers
+            layers = (ball if type(ball) is LayeredBall else LayeredBall(ball)).layers
             get = received.get
             strict = self._strict
             at_last = self._delivered_at_last_ts
