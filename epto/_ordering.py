@@ -350,9 +350,16 @@ class Ordering:
                 self._delivered_at_last_ts.clear()
             self._delivered_at_last_ts.update(e.id for e in events if e.ts == new_last)
         top_seq = self._top_seq
+        buckets = self._buckets
         for event in events:
             eid = (event.source, event.seq)
-            self._out_of_bucket(eid, event, received.pop(eid)[1])
+            birth = received.pop(eid)[1]
+            # A deliverable birth: its bucket's minimum is no longer read.
+            bucket = buckets[birth]
+            bucket.discard(eid)
+            if not bucket:
+                del buckets[birth]
+                del self._bucket_min[birth]
             if seqs is not None:
                 seqs.add(event.source, event.seq)
             if event.seq > top_seq.get(event.source, -1):
