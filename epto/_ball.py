@@ -2,18 +2,28 @@
 
 A ball is a ``Mapping[EventId, (Event, ttl)]`` (:data:`epto.Ball`). The
 process builds :class:`LayeredBall` objects: the same mapping, stored as
-``{ttl: {event id: event}}``. Gossip makes every process receive the same
-events again and again (K balls a round, each with nearly every event in
+layers ``(ttl, {event id: event})``. Gossip makes every process receive the
+same events again and again (K balls a round, each with nearly every event in
 flight), and in this layout the work a receiver does per copy is done by
-CPython's dict and set operations instead of a loop of Python statements:
+CPython's dict operations instead of a loop of Python statements:
 
 * the receiver keeps the balls of a round as they are (an append) and reads
   the ball's precomputed largest timestamp for its clock;
-* at the round, :func:`merge_layers` unions the layers from the highest ttl
-  down, dropping ids already taken at a higher ttl ("keep the larger ttl",
-  EpTO paper, Algorithm 1 lines 12-16) and every ttl at or above TTL (line 12);
+* at the round, :func:`merge_parts` takes the layers of every ball from the
+  highest ttl down and folds them into one dict with ``dict.update``: an id
+  enters the dict at the first (highest) ttl it has, so the dict's order is
+  by largest ttl ("keep the larger ttl", EpTO paper, Algorithm 1 lines
+  12-16) and the dict's size after each ttl cuts it into the merged layers;
+  ttls at or above TTL are skipped (line 12);
 * the merged layers, each ttl plus one, are the next ball as they stand: no
   entry is copied to age it (lines 21-22).
+
+Each layer carries bounds on its events' timestamps, a *floor* (at most the
+smallest) and a *top* (at least the largest), exact for a ball built from
+entries and derived, for a merged ball, from the bounds of the layers merged
+into it without reading an event: the ball's ``max_ts`` is the largest top,
+and the ordering component skips the timestamp test of a layer whose floor is
+above the last delivered timestamp.
 
 Every dict in a layered ball is shared between balls and processes and is
 never mutated once the ball exists.
@@ -22,8 +32,8 @@ never mutated once the ball exists.
 from __future__ import annotations
 
 from collections.abc import ItemsView, Iterable, Iterator, Mapping, ValuesView
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, islice
+from operator import attrgetter, itemgetter
 from typing import TypeAlias
 
 from ._event import BallEntry, Event, EventId
@@ -31,7 +41,38 @@ from ._event import BallEntry, Event, EventId
 Layers: TypeAlias = dict[int, dict[EventId, Event]]
 """``{ttl: {event id: event}}``; an id is in one layer only."""
 
+Part: TypeAlias = tuple[int, dict[EventId, Event], int, int]
+"""A layer of a ball: ``(ttl, {event id: event}, floor, top)``, where every
+event's timestamp is at least ``floor`` and at most ``top``."""
+
 _ts = attrgetter("ts")
+_ttl_of = itemgetter(0)
+
+
+def _parts_of(layers: Iterable[tuple[int, dict[EventId, Event]]]) -> list[Part]:
+    """Parts of ``(ttl, layer)`` pairs (by increasing ttl, none empty) with
+    exact bounds: every event's timestamp is read."""
+    parts: list[Part] = []
+    for ttl, layer in layers:
+        stamps = list(map(_ts, layer.values()))
+        parts.append((ttl, layer, min(stamps), max(stamps)))
+    return parts
+
+
+def _bounded(layers: list[tuple[int, dict[EventId, Event]]], merged: list[Part]) -> list[Part]:
+    """Parts of merged ``layers`` with bounds taken from the parts ``merged``
+    into them (by decreasing ttl) without reading an event: an id's event
+    comes from a part at or below its ttl, so a merged layer's floor is the
+    smallest floor at or below its ttl and its top the largest top."""
+    bounds: dict[int, tuple[int, int]] = {}
+    _, _, low, high = merged[-1]
+    for ttl, _, floor, top in reversed(merged):
+        if floor < low:
+            low = floor
+        if top > high:
+            high = top
+        bounds[ttl] = (low, high)
+    return [(ttl, layer, *bounds[ttl]) for ttl, layer in layers]
 
 
 class LayeredBall(Mapping[EventId, BallEntry]):
@@ -44,12 +85,15 @@ class LayeredBall(Mapping[EventId, BallEntry]):
     layer by layer (by ttl), not in insertion order.
     """
 
-    __slots__ = ("_layers", "_size", "max_ts")
+    __slots__ = ("_layers", "_parts", "_size", "max_ts")
 
-    _layers: Layers
+    _parts: list[Part]
+    _layers: Layers | None
     _size: int
     max_ts: int
-    """Largest timestamp of the ball's events (0 for an empty ball)."""
+    """Largest timestamp of the ball's events (0 for an empty ball). For a
+    ball a process merged from copies that disagree on an event (a forged or
+    equivocated id), it may be the timestamp of a dropped copy: an upper bound."""
 
     def __init__(
         self, entries: Mapping[EventId, BallEntry] | Iterable[tuple[EventId, BallEntry]] = ()
@@ -57,17 +101,15 @@ class LayeredBall(Mapping[EventId, BallEntry]):
         if not isinstance(entries, Mapping):
             entries = dict(entries)
         layers: Layers = {}
-        max_ts = 0
         for eid, (event, ttl) in entries.items():
             layer = layers.get(ttl)
             if layer is None:
                 layers[ttl] = layer = {}
             layer[eid] = event
-            if event.ts > max_ts:
-                max_ts = event.ts
-        self._layers = dict(sorted(layers.items()))
+        self._parts = _parts_of(sorted(layers.items()))
+        self._layers = None
         self._size = len(entries)
-        self.max_ts = max_ts
+        self.max_ts = max(map(itemgetter(3), self._parts), default=0)
 
     @classmethod
     def from_layers(cls, layers: Mapping[int, Mapping[EventId, Event]]) -> LayeredBall:
@@ -77,37 +119,43 @@ class LayeredBall(Mapping[EventId, BallEntry]):
         ids: set[EventId] = set()
         for layer in copied.values():
             ids.update(layer)
-        if len(ids) != sum(map(len, copied.values())):
+        size = sum(map(len, copied.values()))
+        if len(ids) != size:
             raise ValueError("an event id is in more than one layer")
-        return cls._of_layers(copied)
+        parts = _parts_of(copied.items())
+        return cls._of_parts(parts, size, max(map(itemgetter(3), parts), default=0))
 
     @classmethod
-    def _of_layers(cls, layers: Layers) -> LayeredBall:
-        """Wrap ``layers`` (ids unique across layers, dicts never mutated again)."""
+    def _of_parts(cls, parts: list[Part], size: int, max_ts: int) -> LayeredBall:
+        """Wrap ``parts`` (by increasing ttl, none empty, ids unique across
+        them, dicts never mutated again; ``size`` copies, ``max_ts`` their
+        largest top)."""
         ball = cls.__new__(cls)
-        ball._layers = layers
-        ball._size = sum(map(len, layers.values()))
-        ball.max_ts = max(
-            (max(map(_ts, layer.values()), default=0) for layer in layers.values()), default=0
-        )
+        ball._parts = parts
+        ball._layers = None
+        ball._size = size
+        ball.max_ts = max_ts
         return ball
 
     @property
     def layers(self) -> Mapping[int, Mapping[EventId, Event]]:
         """``{ttl: {event id: event}}`` in increasing ttl; read only."""
-        return self._layers
+        layers = self._layers
+        if layers is None:
+            self._layers = layers = {ttl: layer for ttl, layer, _, _ in self._parts}
+        return layers
 
     def __len__(self) -> int:
         return self._size
 
     def __iter__(self) -> Iterator[EventId]:
-        return chain.from_iterable(self._layers.values())
+        return chain.from_iterable(part[1] for part in self._parts)
 
     def __contains__(self, key: object) -> bool:
-        return any(key in layer for layer in self._layers.values())
+        return any(key in part[1] for part in self._parts)
 
     def __getitem__(self, key: EventId) -> BallEntry:
-        for ttl, layer in self._layers.items():
+        for ttl, layer, _, _ in self._parts:
             event = layer.get(key)
             if event is not None:
                 return (event, ttl)
@@ -138,7 +186,7 @@ class _Items(ItemsView[EventId, BallEntry]):
     _mapping: LayeredBall
 
     def __iter__(self) -> Iterator[tuple[EventId, BallEntry]]:
-        for ttl, layer in self._mapping._layers.items():
+        for ttl, layer, _, _ in self._mapping._parts:
             for eid, event in layer.items():
                 yield eid, (event, ttl)
 
@@ -147,93 +195,68 @@ class _Values(ValuesView[BallEntry]):
     _mapping: LayeredBall
 
     def __iter__(self) -> Iterator[BallEntry]:
-        for ttl, layer in self._mapping._layers.items():
+        for ttl, layer, _, _ in self._mapping._parts:
             for event in layer.values():
                 yield (event, ttl)
 
 
-_COPIES_PER_LAYER = 6
-"""Below this many copies per layer on average, merging copy by copy beats
-merging layer by layer (measured with ``epto bench core`` and simulations)."""
+_EVENTS_PER_PART = 4
+"""Merges with fewer merged events than this many per part merged read the
+events' timestamps for the bounds (small groups: a few events per ttl);
+larger ones derive the bounds from the parts (measured with ``epto bench core``)."""
 
 
-def merge_layers(sources: list[Layers], limit: int) -> Layers:
-    """Per event id, the largest ttl below ``limit`` among ``sources``.
+def merge_parts(sources: list[list[Part]], limit: int) -> tuple[list[Part], int, int]:
+    """Per event id, the copy with the largest ttl below ``limit`` among the
+    balls ``sources``: ``(parts by increasing ttl, copies, largest top)``.
 
-    Returns layers in increasing ttl; the result may share layer dicts with
-    the sources (they are never mutated). Large layers (many events per ttl:
-    busy groups) are merged layer by layer with dict and set operations;
-    small ones (few events in flight) copy by copy, which costs less than
-    one dict operation per layer.
+    The result may share layer dicts with the sources (they are never
+    mutated). Layers are folded into one dict from the highest ttl down
+    (``dict.update``, no Python statement per copy): an id is inserted at its
+    largest ttl and keeps its place when lower copies update it, so the
+    dict's order is by largest ttl and its size after each ttl tells where
+    the merged layer of that ttl ends. The event kept for an id is the one of
+    the last copy folded in (all copies of an honest id hold equal events).
     """
     if len(sources) == 1:
         only = sources[0]
-        if all(t < limit for t in only):
-            return only
-    layer_count = 0
-    copies = 0
-    for layers in sources:
-        layer_count += len(layers)
-        copies += sum(map(len, layers.values()))
-    if copies < _COPIES_PER_LAYER * layer_count:
-        return _merge_by_copy(sources, limit)
-    return _merge_by_layer(sources, limit)
-
-
-def _merge_by_copy(sources: list[Layers], limit: int) -> Layers:
-    best: dict[EventId, int] = {}
-    events: dict[EventId, Event] = {}
-    get = best.get
-    for layers in sources:
-        for t, layer in layers.items():
-            if t >= limit:
-                continue
-            for eid, event in layer.items():
-                current = get(eid)
-                if current is None:
-                    best[eid] = t
-                    events[eid] = event
-                elif current < t:
-                    best[eid] = t
-    merged: Layers = {}
-    for eid, t in best.items():
-        out = merged.get(t)
-        if out is None:
-            merged[t] = out = {}
-        out[eid] = events[eid]
-    return dict(sorted(merged.items()))
-
-
-def _merge_by_layer(sources: list[Layers], limit: int) -> Layers:
-    ttls = sorted({t for layers in sources for t in layers if t < limit}, reverse=True)
-    merged: Layers = {}
-    placed: set[EventId] = set()
-    for t in ttls:
-        layer: dict[EventId, Event] | None = None
-        shared = False
-        for layers in sources:
-            part = layers.get(t)
-            if not part:
-                continue
-            if layer is None:
-                layer = part
-                shared = True
-            else:
-                if shared:
-                    layer = dict(layer)
-                    shared = False
-                layer.update(part)
-        if layer is None:
-            continue
-        if placed:
-            taken = layer.keys() & placed
-            if taken:
-                if shared:
-                    layer = dict(layer)
-                for eid in taken:
-                    del layer[eid]
-                if not layer:
-                    continue
-        placed.update(layer)
-        merged[t] = layer
-    return dict(reversed(merged.items()))
+        if not only:
+            return only, 0, 0
+        if only[-1][0] < limit:
+            return only, sum(len(part[1]) for part in only), max(map(itemgetter(3), only))
+    # Every source is sorted by ttl: sorting their concatenation merges runs.
+    entries = sorted(chain.from_iterable(sources), key=_ttl_of, reverse=True)
+    skip = 0
+    for entry in entries:
+        if entry[0] < limit:
+            break
+        skip += 1
+    if skip == len(entries):
+        return [], 0, 0
+    folded: dict[EventId, Event] = {}
+    # (ttl, size of `folded` after the layers of that ttl), from the highest.
+    cuts: list[tuple[int, int]] = []
+    current = entries[skip][0]
+    for ttl, layer, _, _ in islice(entries, skip, None):
+        if ttl != current:
+            cuts.append((current, len(folded)))
+            current = ttl
+        # dict.update without a method call (no argument tuple per layer).
+        folded |= layer
+    cuts.append((current, len(folded)))
+    layers: list[tuple[int, dict[EventId, Event]]] = []
+    items = iter(folded.items())
+    start = 0
+    for ttl, end in cuts:
+        if end != start:
+            layers.append((ttl, dict(islice(items, end - start))))
+            start = end
+    layers.reverse()
+    if len(folded) < _EVENTS_PER_PART * (len(entries) - skip):
+        # Few events, many parts: reading every merged event's timestamp
+        # costs less than a statement per part, and gives exact bounds.
+        parts = _parts_of(layers)
+    else:
+        parts = _bounded(layers, entries[skip:])
+    # The highest layer's top bounds every other (see _bounded).
+    return parts, len(folded), max(map(itemgetter(3), parts))

@@ -29,15 +29,38 @@ timestamp test rejects, and that was never delivered, is delivered at once
 with the OUT_OF_ORDER tag (the tagged deliveries of a round come before its
 in-order ones, sorted by ``(ts, source)``). "Never delivered" is answered by per-source
 intervals of delivered sequence numbers (:mod:`epto._intervals`).
+
+How a round costs about one set operation per layer, not Python statements
+per copy (the rules above are unchanged): received events are bucketed by
+birth round. A process's merged ball keeps the larger ttl and ages every copy
+by one a round, so an event received again is nearly always at the birth it
+already has: a layer's ids minus the bucket of its birth (a set difference)
+leaves only the new ids and those whose birth may change, which are then
+taken one by one. A layer whose timestamp floor (:mod:`epto._ball`) is above
+``lastDeliveredTs`` holds no copy the timestamp test refuses; any other layer
+is taken copy by copy. A bucket turns deliverable as a whole when the round
+passes its birth plus TTL; deliverable events wait in a heap by order key,
+and ``minQueuedTs`` is the smallest of the per-bucket minimum timestamps.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from heapq import heapify, heappop, heappush
+from typing import TypeAlias
 
 from ._ball import LayeredBall
 from ._event import Ball, Delivery, DeliveryTag, Event, EventId, ProcessId
 from ._intervals import SeqIntervals
+
+_Ready: TypeAlias = tuple[int, int, int, int, Event]
+"""A deliverable event in the heap: ``(ts, source, arrival, push, event)``.
+``arrival`` numbers the events in the order they were first received (the
+tie-break of Algorithm 2's stable sort); ``push`` makes entries distinct."""
+
+
+_SMALL_LAYER = 32
+"""Layers below this size are first tested whole against their bucket."""
 
 
 def _order_key(event: Event) -> tuple[int, int]:
@@ -48,10 +71,16 @@ class Ordering:
     """Orders the events handed to it once per round and emits deliveries."""
 
     __slots__ = (
+        "_arrivals",
+        "_bucket_min",
+        "_buckets",
         "_delivered_at_last_ts",
         "_delivered_seqs",
         "_emit",
+        "_pushes",
+        "_ready",
         "_received",
+        "_ripe",
         "_round",
         "_strict",
         "_top_seq",
@@ -75,8 +104,18 @@ class Ordering:
         self._strict = strict
         self._emit = emit
         self._round = 0
-        # id -> (event, birth round); ttl of the copy = self._round - birth
-        self._received: dict[EventId, tuple[Event, int]] = {}
+        # id -> (event, birth round, arrival number); ttl of the copy =
+        # self._round - birth. Insertion order is arrival order.
+        self._received: dict[EventId, tuple[Event, int, int]] = {}
+        self._arrivals = 0
+        # birth round -> ids received with that birth, and the smallest
+        # timestamp among them (None: to recompute, after a removal).
+        self._buckets: dict[int, set[EventId]] = {}
+        self._bucket_min: dict[int, int | None] = {}
+        # Births below this are deliverable and their events are in _ready.
+        self._ripe = -ttl
+        self._ready: list[_Ready] = []
+        self._pushes = 0
         self.last_delivered_ts = 0
         # Paper mode only: ids delivered with ts == last_delivered_ts.
         self._delivered_at_last_ts: set[EventId] = set()
@@ -105,7 +144,7 @@ class Ordering:
     def pending_events(self) -> list[tuple[Event, int]]:
         """``(event, ttl)`` of every received, undelivered event, in order-key order."""
         r = self._round
-        items = [(ev, r - birth) for ev, birth in self._received.values()]
+        items = [(ev, r - birth) for ev, birth, _ in self._received.values()]
         items.sort(key=lambda item: _order_key(item[0]))
         return items
 
@@ -126,58 +165,180 @@ class Ordering:
         """
         self._round += 1
         r = self._round
-        received = self._received
-        last = self.last_delivered_ts
-
         if ball:
-            layers = ball._layers if type(ball) is LayeredBall else LayeredBall(ball)._layers
-            get = received.get
-            strict = self._strict
-            at_last = self._delivered_at_last_ts
-            top_seq = self._top_seq
+            parts = ball._parts if type(ball) is LayeredBall else LayeredBall(ball)._parts
+            last = self.last_delivered_ts
             stale: list[Event] = []
-            for ttl, layer in layers.items():
+            buckets = self._buckets
+            for ttl, layer, floor, _ in parts:
                 birth = r - ttl
-                for eid, event in layer.items():
-                    ts = event.ts
-                    if ts > last or (not strict and ts == last and eid not in at_last):
-                        current = get(eid)
-                        if current is None:
-                            top = top_seq.get(eid[0])
-                            if top is not None and eid[1] <= top:
-                                self.rejected_delivered += 1
-                                continue
-                            received[eid] = (event, birth)
-                        elif current[1] > birth:
-                            received[eid] = (event, birth)
-                    else:
-                        stale.append(event)
+                if floor <= last:
+                    self._take_checked(layer, birth, stale)
+                    continue
+                # No copy of this layer fails the timestamp test; those at
+                # the birth their event already has change nothing.
+                bucket = buckets.get(birth)
+                if bucket is None:
+                    self._take(layer, birth, layer)
+                    continue
+                # One call, which hashes every id again: cheap for a few.
+                if len(layer) < _SMALL_LAYER and bucket.issuperset(layer):
+                    continue
+                rest = set(layer)
+                rest.difference_update(bucket)
+                if rest:
+                    self._take(layer, birth, rest)
             if stale:
                 self._reject_stale(stale)
 
-        if not received:
-            return
-
         # Stable iff ttl > TTL, i.e. birth < r - TTL.
         threshold = r - self._ttl
-        min_queued = None
-        deliverable: list[Event] = []
-        for event, birth in received.values():
-            if birth < threshold:
-                deliverable.append(event)
-            elif min_queued is None or event.ts < min_queued:
-                min_queued = event.ts
-        if not deliverable:
+        if threshold > self._ripe:
+            self._ripen(threshold)
+        if not self._ready:
             return
-        if min_queued is not None:
-            if self._strict:
-                deliverable = [e for e in deliverable if e.ts < min_queued]
+        min_queued = self._min_queued()
+        ready = self._ready
+        received = self._received
+        strict = self._strict
+        deliverable: list[Event] = []
+        while ready:
+            entry = ready[0]
+            if min_queued is not None and (
+                entry[0] >= min_queued if strict else entry[0] > min_queued
+            ):
+                break
+            heappop(ready)
+            event = entry[4]
+            current = received.get((event.source, event.seq))
+            if current is not None and current[0] is event:
+                deliverable.append(event)
+        if deliverable:
+            self._deliver_in_order(deliverable)
+
+    def _take(self, layer: dict[EventId, Event], birth: int, ids: Iterable[EventId]) -> None:
+        """Copies of ``layer`` (every one passing the timestamp test) whose id
+        is in ``ids``: a new id joins ``received``, a known one keeps the
+        smaller birth."""
+        received = self._received
+        get = received.get
+        fresh: list[EventId] = []
+        for eid in ids:
+            current = get(eid)
+            if current is None:
+                fresh.append(eid)
+            elif current[1] > birth:
+                self._rebirth(eid, layer[eid], birth, current)
+        if not fresh:
+            return
+        if len(fresh) > 1 and ids is not layer:
+            # Arrival order is the layer's order (the tie-break of the sort).
+            wanted = set(fresh)
+            fresh = [eid for eid in layer if eid in wanted]
+        top_seq = self._top_seq
+        for eid in fresh:
+            top = top_seq.get(eid[0])
+            if top is not None and eid[1] <= top:
+                self.rejected_delivered += 1
+                continue
+            self._add(eid, layer[eid], birth)
+
+    def _take_checked(self, layer: dict[EventId, Event], birth: int, stale: list[Event]) -> None:
+        """Copies of ``layer``, each through the timestamp test (lines 8-14)."""
+        received = self._received
+        get = received.get
+        last = self.last_delivered_ts
+        strict = self._strict
+        at_last = self._delivered_at_last_ts
+        top_seq = self._top_seq
+        for eid, event in layer.items():
+            ts = event.ts
+            if ts > last or (not strict and ts == last and eid not in at_last):
+                current = get(eid)
+                if current is None:
+                    top = top_seq.get(eid[0])
+                    if top is not None and eid[1] <= top:
+                        self.rejected_delivered += 1
+                        continue
+                    self._add(eid, event, birth)
+                elif current[1] > birth:
+                    self._rebirth(eid, event, birth, current)
             else:
-                deliverable = [e for e in deliverable if e.ts <= min_queued]
-            if not deliverable:
-                return
-        deliverable.sort(key=_order_key)
-        self._deliver_in_order(deliverable)
+                stale.append(event)
+
+    def _add(self, eid: EventId, event: Event, birth: int) -> None:
+        arrival = self._arrivals
+        self._arrivals = arrival + 1
+        self._received[eid] = (event, birth, arrival)
+        self._into_bucket(eid, event, birth)
+        if birth < self._ripe:
+            self._push(event, arrival)
+
+    def _rebirth(
+        self, eid: EventId, event: Event, birth: int, current: tuple[Event, int, int]
+    ) -> None:
+        """A copy with a smaller birth: it replaces the event (line 13)."""
+        old, old_birth, arrival = current
+        self._received[eid] = (event, birth, arrival)
+        self._out_of_bucket(eid, old, old_birth)
+        self._into_bucket(eid, event, birth)
+        if birth < self._ripe and (old_birth >= self._ripe or event is not old):
+            self._push(event, arrival)
+
+    def _into_bucket(self, eid: EventId, event: Event, birth: int) -> None:
+        bucket = self._buckets.get(birth)
+        if bucket is None:
+            self._buckets[birth] = {eid}
+            self._bucket_min[birth] = event.ts
+            return
+        bucket.add(eid)
+        low = self._bucket_min[birth]
+        if low is not None and event.ts < low:
+            self._bucket_min[birth] = event.ts
+
+    def _out_of_bucket(self, eid: EventId, event: Event, birth: int) -> None:
+        bucket = self._buckets[birth]
+        bucket.discard(eid)
+        if not bucket:
+            del self._buckets[birth]
+            del self._bucket_min[birth]
+        elif self._bucket_min[birth] == event.ts:
+            self._bucket_min[birth] = None
+
+    def _push(self, event: Event, arrival: int) -> None:
+        self._pushes += 1
+        heappush(self._ready, (event.ts, event.source, arrival, self._pushes, event))
+
+    def _ripen(self, threshold: int) -> None:
+        """Births from the last threshold up to ``threshold`` turn deliverable."""
+        ripe = self._ripe
+        received = self._received
+        ready = self._ready
+        pushes = self._pushes
+        for birth in [b for b in self._buckets if ripe <= b < threshold]:
+            for eid in self._buckets[birth]:
+                event, _, arrival = received[eid]
+                pushes += 1
+                ready.append((event.ts, event.source, arrival, pushes, event))
+        self._pushes = pushes
+        heapify(ready)
+        self._ripe = threshold
+
+    def _min_queued(self) -> int | None:
+        """``minQueuedTs``: the smallest timestamp of the events not yet deliverable."""
+        ripe = self._ripe
+        bucket_min = self._bucket_min
+        low: int | None = None
+        for birth, value in bucket_min.items():
+            if birth < ripe:
+                continue
+            if value is None:
+                received = self._received
+                value = min(received[eid][0].ts for eid in self._buckets[birth])
+                bucket_min[birth] = value
+            if low is None or value < low:
+                low = value
+        return low
 
     def _deliver_in_order(self, events: list[Event]) -> None:
         received = self._received
@@ -189,8 +350,16 @@ class Ordering:
                 self._delivered_at_last_ts.clear()
             self._delivered_at_last_ts.update(e.id for e in events if e.ts == new_last)
         top_seq = self._top_seq
+        buckets = self._buckets
         for event in events:
-            del received[(event.source, event.seq)]
+            eid = (event.source, event.seq)
+            birth = received.pop(eid)[1]
+            # A deliverable birth: its bucket's minimum is no longer read.
+            bucket = buckets[birth]
+            bucket.discard(eid)
+            if not bucket:
+                del buckets[birth]
+                del self._bucket_min[birth]
             if seqs is not None:
                 seqs.add(event.source, event.seq)
             if event.seq > top_seq.get(event.source, -1):

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import attrs
 
-from ._ball import CheckedBall, LayeredBall, Layers, merge_layers
+from ._ball import CheckedBall, LayeredBall, Part, merge_parts
 from ._config import Config
 from ._errors import LocalProtocolError
 from ._event import Ball, BallEntry, Delivery, Event, EventId, ProcessId
@@ -138,7 +138,7 @@ class Process:
         # nextBall of Algorithm 1, kept lazily: the layers of the balls received
         # this round (only those with a copy below TTL) and this round's own
         # broadcasts; merged, keeping the larger ttl per id, when the round runs.
-        self._pending: list[Layers] = []
+        self._pending: list[list[Part]] = []
         self._own: dict[EventId, Event] = {}
         # Copies from balls that are not layered (e.g. decoded from bytes),
         # merged entry by entry as Algorithm 1 reads: id -> (event, ttl).
@@ -217,12 +217,10 @@ class Process:
                 self._behind = max(self._behind, max_ts)
                 max_ts = target
             self._clock = max_ts
-        relay_ttl = self._relay_ttl
-        layers = ball._layers
-        for ttl in layers:
-            if ttl < relay_ttl:
-                self._pending.append(layers)
-                break
+        parts = ball._parts
+        # Parts are in increasing ttl: the first says whether any is relayed.
+        if parts and parts[0][0] < self._relay_ttl:
+            self._pending.append(parts)
         self._entries_received += ball._size
 
     def ts_ceiling(self, now: float) -> int:
@@ -383,29 +381,17 @@ class Process:
         """How many events nextBall holds, computed without merging in place:
         :meth:`statistics` and :meth:`memory_sizes` change nothing, so that
         calling them never alters what the process later sends."""
+        return merge_parts(self._sources(), self._relay_ttl)[1]
+
+    def _sources(self) -> list[list[Part]]:
+        """The parts of every pending copy: received balls, loose copies, own events."""
         sources = list(self._pending)
         if self._loose:
-            sources.append(LayeredBall(self._loose)._layers)
+            sources.append(LayeredBall(self._loose)._parts)
         if self._own:
-            sources.append({0: self._own})
-        if not sources:
-            return 0
-        return sum(map(len, merge_layers(sources, self._relay_ttl).values()))
-
-    def _merge_next_ball(self) -> Layers:
-        """nextBall as layers: every pending copy merged, larger ttl kept."""
-        sources = self._pending
-        if self._loose:
-            sources.append(LayeredBall(self._loose)._layers)
-            self._loose = {}
-        if self._own:
-            sources.append({0: self._own})
-            self._own = {}
-        if not sources:
-            return {}
-        merged = merge_layers(sources, self._relay_ttl)
-        self._pending = [merged] if merged else []
-        return merged
+            stamps = [event.ts for event in self._own.values()]
+            sources.append([(0, self._own, min(stamps), max(stamps))])
+        return sources
 
     def _run_round(self, now: float) -> None:
         self._rounds += 1
@@ -413,12 +399,15 @@ class Process:
         if self._behind > self._clock:
             # Accepted timestamps the cap held back: catch up, one cap a round.
             self._clock = max(self._clock, min(self._behind, self.clock_cap(now)))
-        merged = self._merge_next_ball()
+        # nextBall: every pending copy merged, larger ttl kept.
+        merged, size, max_ts = merge_parts(self._sources(), self._relay_ttl)
+        self._pending = []
+        self._loose = {}
+        self._own = {}
         if merged:
-            self._pending = []
             # Age every copy by one: the layers move up one ttl, unchanged.
-            aged = {ttl + 1: layer for ttl, layer in merged.items()}
-            ball = LayeredBall._of_layers(aged)
+            aged = [(ttl + 1, layer, low, high) for ttl, layer, low, high in merged]
+            ball = LayeredBall._of_parts(aged, size, max_ts)
             targets = self.peers.sample(self._fanout, self._rng)
             if targets:
                 self._outbox.extend((dest, ball) for dest in targets)
@@ -441,12 +430,12 @@ def _layered_in_bounds(ball: LayeredBall, ceiling: int) -> bool:
     in this Python process; decoded balls are plain dicts, checked per entry)."""
     if ball.max_ts > ceiling:
         return False
-    layers = ball._layers
-    if not layers:
+    parts = ball._parts
+    if not parts:
         return True
-    # Layers are kept in increasing ttl: the first and the last bound the rest.
-    low = next(iter(layers))
-    high = next(reversed(layers))
+    # Parts are kept in increasing ttl: the first and the last bound the rest.
+    low = parts[0][0]
+    high = parts[-1][0]
     return type(low) is int and type(high) is int and low >= 0 and high <= TTL_MAX
 
 

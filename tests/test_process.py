@@ -257,10 +257,10 @@ def test_layered_ball_from_layers() -> None:
     ),
     st.integers(1, 7),
 )
-def test_both_merges_keep_the_largest_ttl_below_the_limit(
+def test_the_merge_keeps_the_largest_ttl_below_the_limit(
     raw: list[dict[int, dict[EventId, int]]], limit: int
 ) -> None:
-    from epto._ball import _merge_by_copy, _merge_by_layer, merge_layers
+    from epto._ball import LayeredBall, merge_parts
 
     # Each source is a ball: an id in one layer only.
     sources = []
@@ -272,20 +272,31 @@ def test_both_merges_keep_the_largest_ttl_below_the_limit(
             seen |= fresh.keys()
             if fresh:
                 layers[t] = fresh
-        sources.append(layers)
+        sources.append(LayeredBall.from_layers(layers))
     expected: dict[EventId, int] = {}
-    for layers in sources:
-        for t, layer in layers.items():
-            for eid in layer:
-                if t < limit and expected.get(eid, -99) < t:
-                    expected[eid] = t
-    for merge in (_merge_by_copy, _merge_by_layer, merge_layers):
-        merged = merge(list(sources), limit)
-        flat = {eid: t for t, layer in merged.items() for eid in layer}
-        assert flat == expected
-        assert all(layer for layer in merged.values())
-        assert list(merged) == sorted(merged)
-        assert sum(map(len, merged.values())) == len(flat)
+    for source in sources:
+        for eid, (_, t) in source.items():
+            if t < limit and expected.get(eid, -99) < t:
+                expected[eid] = t
+    # Both ways to bound the merged layers: reading the events, or from the parts.
+    import epto._ball
+
+    exact, read_below = epto._ball._EVENTS_PER_PART, (0, 1 << 30)[limit % 2]
+    epto._ball._EVENTS_PER_PART = read_below
+    try:
+        merged, size, max_ts = merge_parts([source._parts for source in sources], limit)
+    finally:
+        epto._ball._EVENTS_PER_PART = exact
+    flat = {eid: t for t, layer, _, _ in merged for eid in layer}
+    assert flat == expected
+    assert size == len(flat) == sum(len(layer) for _, layer, _, _ in merged)
+    assert all(layer for _, layer, _, _ in merged)
+    ttls = [t for t, _, _, _ in merged]
+    assert ttls == sorted(set(ttls))
+    # The bounds hold every event's timestamp; the largest is exact.
+    for _, layer, low, high in merged:
+        assert all(low <= e.ts <= high for e in layer.values())
+    assert max_ts == max((1 + eid[1] for eid in flat), default=0)
 
 
 class _NoPeersAtFirst:
