@@ -22,8 +22,8 @@ import Spark; the functions do.
 
 from ._analyze import analyze as analyze
 from ._gateway import Gateway as Gateway
-from ._jvm import jvm_jar as jvm_jar
 from ._gateway import GatewayStatistics as GatewayStatistics
+from ._jvm import jvm_jar as jvm_jar
 from ._rows import SinkRow as SinkRow
 from ._rows import SinkRows as SinkRows
 from ._rows import SinkStatistics as SinkStatistics
