@@ -1,5 +1,6 @@
 package epto.spark.jvm;
 
+import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Paths;
@@ -137,7 +138,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
 
   private void fill() {
     int n = Math.min(BATCH_ROWS, chunk.count - at);
-    byte[] data = chunk.data;
+    ByteBuffer data = chunk.data;
     int[] positions = chunk.positions;
     long node = part.nodes[range];
     for (int c = 0; c < kinds.length; c++) {
@@ -174,7 +175,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         case 8: // broadcast_at, NULL unless the flag says it is known
           for (int i = 0; i < n; i++) {
             int p = positions[at + i];
-            if ((data[p + 56] & LogFormat.FLAG_HAS_BROADCAST) != 0) {
+            if ((data.get(p + 56) & LogFormat.FLAG_HAS_BROADCAST) != 0) {
               v.putLong(i, LogFormat.u64(data, p + 48));
             } else {
               v.putNull(i);
@@ -183,7 +184,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
           break;
         case 5: // tag
           for (int i = 0; i < n; i++) {
-            boolean ooo = (data[positions[at + i] + 56] & LogFormat.FLAG_OUT_OF_ORDER) != 0;
+            boolean ooo = (data.get(positions[at + i] + 56) & LogFormat.FLAG_OUT_OF_ORDER) != 0;
             byte[] tag = ooo ? OUT_OF_ORDER : IN_ORDER;
             v.putByteArray(i, tag, 0, tag.length);
           }
@@ -193,7 +194,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
             int p = positions[at + i];
             int from = p + 59 + LogFormat.u16(data, p + 57);
             int to = p + 8 + (int) LogFormat.u32(data, p);
-            v.putByteArray(i, data, from, Math.max(0, to - from));
+            putBytes(v, i, data, from, Math.max(0, to - from));
           }
           break;
         case 9: // signature, NULL for an unsigned event
@@ -203,7 +204,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
             if (length == 0) {
               v.putNull(i);
             } else {
-              v.putByteArray(i, data, p + 59, length);
+              putBytes(v, i, data, p + 59, length);
             }
           }
           break;
@@ -213,6 +214,21 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
     }
     at += n;
     batch.setNumRows(n);
+  }
+
+  private byte[] scratch = new byte[256];
+
+  /** Row {@code i} of {@code v} is {@code length} bytes of {@code data} from {@code from}. */
+  private void putBytes(WritableColumnVector v, int i, ByteBuffer data, int from, int length) {
+    if (data.hasArray()) {
+      v.putByteArray(i, data.array(), data.arrayOffset() + from, length);
+      return;
+    }
+    if (scratch.length < length) {
+      scratch = new byte[Math.max(length, 2 * scratch.length)];
+    }
+    data.get(from, scratch, 0, length);
+    v.putByteArray(i, scratch, 0, length);
   }
 
   @Override

@@ -109,6 +109,7 @@ public final class EptoLogSource implements TableProvider, DataSourceRegister {
     }
 
     @Override
+    @SuppressWarnings("deprecation") // columns() is built from it by default
     public StructType schema() {
       return schema;
     }
