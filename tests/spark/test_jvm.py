@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from epto import ConfigurationError
+from epto import ConfigurationError, EptoError
 from epto.log import DeliveryLogWriter, list_segments
 from epto.spark import jvm_jar
 from epto.spark._jvm import PROVIDER, SERVICE
@@ -60,6 +60,17 @@ def test_the_jar_registers_the_format() -> None:
     with zipfile.ZipFile(path) as jar:
         assert jar.read(SERVICE).decode().split() == [PROVIDER]
         assert "epto/spark/jvm/EptoLogSource.class" in jar.namelist()
+
+
+def test_without_javac_there_is_no_jar(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from epto.spark import _jvm
+
+    monkeypatch.setenv("EPTO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(_jvm, "javac", lambda: None)
+    assert _jvm.jvm_jar() is None
+    assert _jvm.jar_path().parent == tmp_path / "spark-jvm"
+    with pytest.raises(EptoError, match="javac failed"):
+        _jvm.build(compiler="false")  # a compiler that fails
 
 
 def test_rows_equal_the_python_sources(spark: Any, tmp_path: Path) -> None:
