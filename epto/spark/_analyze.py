@@ -37,6 +37,7 @@ from ..log._summary import (
 )
 from ._columnar import extent
 from ._jvm import FORMAT as JVM_FORMAT
+from ._jvm import reader_error
 from ._session import register, session
 
 MISSING_SAMPLE_NODES = 100
@@ -75,6 +76,11 @@ def analyze(
     spark.conf.set(key, str(shuffle_partitions(root, spark.sparkContext.defaultParallelism)))
     try:
         result, histogram = _run(spark, root)
+    except Exception as exc:
+        error = reader_error(exc)  # the JVM reader's error inside Spark's job failure
+        if error is None:
+            raise
+        raise error from None
     finally:
         spark.conf.set(key, before)
         if own:

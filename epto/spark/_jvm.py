@@ -109,3 +109,30 @@ def jvm_jar() -> str | None:
     :func:`epto.spark.session` does not build: ``spark.jars`` or ``--jars``."""
     path = build()
     return None if path is None else str(path)
+
+
+def reader_error(exc: BaseException) -> EptoError | None:
+    """The ``epto-jvm`` reader's error inside a failed Spark call (a
+    ``Py4JJavaError`` whose Java causes include one of ``epto.spark.jvm``'s
+    exceptions) as the Python reader's exception of the same name, its message
+    starting with the Java class (``epto.spark.jvm.DataLossError: ...``);
+    ``None`` for any other error."""
+    from ..log import LogCorruptError, LogGapError, LogTailLostError
+    from ._source import DataLossError
+
+    kinds: dict[str, type[EptoError]] = {
+        "DataLossError": DataLossError,
+        "LogCorruptError": LogCorruptError,
+        "LogGapError": LogGapError,
+        "LogTailLostError": LogTailLostError,
+    }
+    java = getattr(exc, "java_exception", None)
+    for _ in range(32):  # a cause chain is short; never loop on a cyclic one
+        if java is None:
+            return None
+        name = str(java.getClass().getName())
+        if name.startswith("epto.spark.jvm."):
+            kind = kinds.get(name.rsplit(".", 1)[-1], EptoError)
+            return kind(f"{name}: {java.getMessage()}")
+        java = java.getCause()
+    return None

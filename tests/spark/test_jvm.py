@@ -190,7 +190,9 @@ def test_missing_path_and_damaged_frames_fail_as_in_python(spark: Any, tmp_path:
 @pytest.mark.parametrize("lose", ["middle", "tail"])
 def test_data_loss_as_in_python(spark: Any, tmp_path: Path, lose: str) -> None:
     _, exists = lossy_logs(tmp_path, lose=lose)
-    with pytest.raises(Exception, match=r"DataLossException: .*failOnDataLoss=false to skip"):
+    with pytest.raises(
+        Exception, match=r"epto.spark.jvm.DataLossError: .*failOnDataLoss=false to skip"
+    ):
         spark.read.format("epto-jvm").load(str(tmp_path)).count()
     python, jvm = both(spark, tmp_path, failOnDataLoss="false", maxRecordsPerPartition="13")
     assert everything(jvm) == everything(python)

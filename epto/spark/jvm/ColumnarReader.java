@@ -105,8 +105,8 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
       if (walk != null) {
         try {
           chunk = walk.next();
-        } catch (LogFormat.LogGapException e) { // raised only with failOnDataLoss
-          throw new LogFormat.DataLossException(
+        } catch (LogGapError e) { // raised only with failOnDataLoss
+          throw new DataLossError(
               e.getMessage() + " (set failOnDataLoss=false to skip)", e);
         }
         at = 0;
@@ -120,7 +120,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
       }
       String dir = part.dirs[range];
       if (!Files.isDirectory(Paths.get(dir))) {
-        throw new LogFormat.EptoException(
+        throw new EptoError(
             dir
                 + " is not visible on host "
                 + Options.hostname()
@@ -129,8 +129,8 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
       }
       try {
         walk = new LogFormat.Walk(dir, part.starts[range], part.ends[range], !failOnDataLoss);
-      } catch (LogFormat.LogGapException e) {
-        throw new LogFormat.DataLossException(
+      } catch (LogGapError e) {
+        throw new DataLossError(
             e.getMessage() + " (set failOnDataLoss=false to skip)", e);
       }
     }
@@ -155,7 +155,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
           for (int i = 0; i < n; i++) {
             long value = LogFormat.u64(data, positions[at + i] + 8 * kind);
             if (value < 0) {
-              throw new LogFormat.EptoException(
+              throw new EptoError(
                   "node "
                       + node
                       + ": a "

@@ -424,7 +424,7 @@ public final class EptoLogSource implements TableProvider, DataSourceRegister {
         long[] b = bounds.getOrDefault(node, new long[] {index, index});
         if (index < b[0] || index > b[1]) {
           if (options.failOnDataLoss) {
-            throw new LogFormat.DataLossException(
+            throw new DataLossError(
                 "node "
                     + node
                     + ": offset "

@@ -67,42 +67,6 @@ public final class LogFormat {
     return Short.toUnsignedInt(data.getShort(at));
   }
 
-  /** A damaged record or header, a damaged manifest (Python: {@code LogCorruptError}). */
-  public static class LogCorruptException extends RuntimeException {
-    public LogCorruptException(String message) {
-      super(message);
-    }
-  }
-
-  /** Indices that should be present are not (Python: {@code LogGapError}). */
-  public static class LogGapException extends LogCorruptException {
-    public LogGapException(String message) {
-      super(message);
-    }
-  }
-
-  /** The log ends before its manifest's durable end (Python: {@code LogTailLostError}). */
-  public static class LogTailLostException extends LogGapException {
-    public LogTailLostException(String message) {
-      super(message);
-    }
-  }
-
-  /** Records a query should read are gone and failOnDataLoss is true (Python: {@code
-   * DataLossError}). */
-  public static class DataLossException extends RuntimeException {
-    public DataLossException(String message, Throwable cause) {
-      super(message, cause);
-    }
-  }
-
-  /** A value Spark cannot hold, a log directory a task cannot see (Python: {@code EptoError}). */
-  public static class EptoException extends RuntimeException {
-    public EptoException(String message) {
-      super(message);
-    }
-  }
-
   static final class Segment {
     final Path path;
     final long firstIndex;
@@ -218,7 +182,7 @@ public final class LogFormat {
     try (FileChannel channel = FileChannel.open(path)) {
       long size = channel.size();
       if (size > Integer.MAX_VALUE) {
-        throw new LogCorruptException(path + ": segment of " + size + " bytes (over 2 GiB)");
+        throw new LogCorruptError(path + ": segment of " + size + " bytes (over 2 GiB)");
       }
       return new Loaded(channel.map(FileChannel.MapMode.READ_ONLY, 0, size), true);
     }
@@ -248,19 +212,19 @@ public final class LogFormat {
   /** The first index in a segment header; checks it as {@code decode_header} does. */
   static long headerFirstIndex(ByteBuffer buffer, String where) {
     if (buffer.limit() < HEADER_SIZE) {
-      throw new LogCorruptException(where + ": header cut short (" + buffer.limit() + " bytes)");
+      throw new LogCorruptError(where + ": header cut short (" + buffer.limit() + " bytes)");
     }
     byte[] data = new byte[HEADER_SIZE];
     buffer.get(0, data);
     if (!Arrays.equals(data, 0, 8, MAGIC, 0, 8)) {
-      throw new LogCorruptException(where + ": not a delivery-log segment (bad magic)");
+      throw new LogCorruptError(where + ": not a delivery-log segment (bad magic)");
     }
     if (crc32(data, 0, 28) != u32(data, 28)) {
-      throw new LogCorruptException(where + ": header CRC mismatch");
+      throw new LogCorruptError(where + ": header CRC mismatch");
     }
     long version = u32(data, 8);
     if (version != VERSION) {
-      throw new LogCorruptException(where + ": unsupported version " + version);
+      throw new LogCorruptError(where + ": unsupported version " + version);
     }
     return u64(data, 20);
   }
@@ -293,13 +257,13 @@ public final class LogFormat {
       }
     }
     if (end == null) {
-      throw new LogCorruptException(path + ": no valid manifest slot");
+      throw new LogCorruptError(path + ": no valid manifest slot");
     }
     return end;
   }
 
-  static LogTailLostException tailLost(String nodeDir, long end, long durable) {
-    return new LogTailLostException(
+  static LogTailLostError tailLost(String nodeDir, long end, long durable) {
+    return new LogTailLostError(
         nodeDir
             + ": data loss: the log ends at index "
             + end
@@ -318,7 +282,7 @@ public final class LogFormat {
       throw tailLost(nodeDir, expected, durable);
     }
     if (end != null && expected < end && !torn) {
-      throw new LogGapException(
+      throw new LogGapError(
           nodeDir + ": log ends at index " + expected + ", " + end + " was asked for");
     }
   }
@@ -387,7 +351,7 @@ public final class LogFormat {
         }
         if (Long.compareUnsigned(seg.firstIndex, expected) > 0) {
           if (!skipMissing) {
-            throw new LogGapException(
+            throw new LogGapError(
                 nodeDir
                     + ": delivery indices "
                     + expected
@@ -405,7 +369,7 @@ public final class LogFormat {
         }
         long firstIndex = headerFirstIndex(data, seg.path.toString());
         if (firstIndex != seg.firstIndex) {
-          throw new LogCorruptException(
+          throw new LogCorruptError(
               seg.path + ": header says first index " + Long.toUnsignedString(firstIndex));
         }
         int[] positions = new int[Math.max(16, (size - HEADER_SIZE) / 64)];
@@ -449,7 +413,7 @@ public final class LogFormat {
             break;
           }
           if (!skipMissing) {
-            throw new LogGapException(
+            throw new LogGapError(
                 nodeDir
                     + ": expected index "
                     + Long.toUnsignedString(expected)
@@ -466,7 +430,7 @@ public final class LogFormat {
           done = true;
         } else if (pos < size) {
           if (loaded.closed) {
-            throw new LogCorruptException(seg.path + ": damaged record at byte " + pos);
+            throw new LogCorruptError(seg.path + ": damaged record at byte " + pos);
           }
           torn = true; // torn or in-progress tail of the open segment
           finish();
@@ -540,7 +504,7 @@ public final class LogFormat {
     }
     long firstIndex = headerFirstIndex(data, last.path.toString());
     if (firstIndex != last.firstIndex) {
-      throw new LogCorruptException(
+      throw new LogCorruptError(
           last.path + ": header says first index " + Long.toUnsignedString(firstIndex));
     }
     if (loaded.closed) {
@@ -555,7 +519,7 @@ public final class LogFormat {
         pos = (int) stop;
       }
       if (pos < size) {
-        throw new LogCorruptException(last.path + ": damaged record at byte " + pos);
+        throw new LogCorruptError(last.path + ": damaged record at byte " + pos);
       }
       if (key != null && key.contains("\0" + size + "\0")) {
         if (CLOSED_ENDS.size() >= CLOSED_ENDS_MAX) {
