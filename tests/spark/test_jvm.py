@@ -187,6 +187,19 @@ def test_missing_path_and_damaged_frames_fail_as_in_python(spark: Any, tmp_path:
             spark.read.format(fmt).load(str(tmp_path)).count()
 
 
+def test_ids_above_bigint_fail_as_in_python(spark: Any, tmp_path: Path) -> None:
+    with DeliveryLogWriter(tmp_path, 2) as w:
+        w.append_fields(source=2**63 + 5, seq=1, ts=0, payload=b"", delivered_at=0)
+    message = "node 2: a source at or above 2**63 cannot be read as a Spark BIGINT"
+    for fmt in ("epto", "epto-jvm"):
+        df = spark.read.format(fmt).load(str(tmp_path))
+        with pytest.raises(Exception, match=re.escape(message)):
+            df.select("source").collect()
+    # The JVM reader decodes only the columns asked for: the others read.
+    jvm = spark.read.format("epto-jvm").load(str(tmp_path))
+    assert jvm.select("seq").collect()[0][0] == 1
+
+
 @pytest.mark.parametrize("lose", ["middle", "tail"])
 def test_data_loss_as_in_python(spark: Any, tmp_path: Path, lose: str) -> None:
     _, exists = lossy_logs(tmp_path, lose=lose)
