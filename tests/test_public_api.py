@@ -130,6 +130,7 @@ EXPORTS: dict[str, frozenset[str]] = {
             "SinkStatistics",
             "analyze",
             "grid",
+            "jvm_jar",
             "register",
             "session",
             "simulate",

@@ -10,7 +10,8 @@
 3. Spark reads the large log (every column, payloads included) and
    ``epto analyze`` runs on it; both are timed, as is ``epto check`` (Python)
    on the simulator-generated log.
-4. The large log is written as Parquet, and the same rows are read from both
+4. The large log is written as Parquet, and the same rows are read by the
+   Python source (``epto``), the JVM reader (``epto-jvm``) and Parquet
    (every column, one column, ``count()``), best of ``--repeats`` runs each.
 
 Wall-clock figures; on a shared machine they are noisy.
@@ -136,14 +137,15 @@ def _tree_cpu(root_pid: int) -> float | None:
 
 
 def compare_reads(spark: Any, logs: Path, parquet: Path, records: int, repeats: int) -> None:
-    """The same rows read from the logs and from Parquet: every column (a
+    """The same rows read by the Python source (``epto``), the JVM reader
+    (``epto-jvm``, when the session has it) and Parquet: every column (a
     ``noop`` write materialises them all), one column (``ts``), and
     ``count()``: the best wall-clock time of ``repeats`` runs, and the median
     CPU time of the Spark processes (the JVM and its Python workers, from
-    ``/proc``), steadier than wall time on a shared machine. The epto source
+    ``/proc``), steadier than wall time on a shared machine. The Python source
     builds every column of its schema (Spark does not prune columns of Python
     sources), so the last two are also timed with a schema of one column
-    given to the source."""
+    given to it; the JVM reader prunes columns itself."""
     from pyspark.sql import functions as F
 
     gateway = getattr(spark.sparkContext._gateway, "proc", None)
@@ -151,23 +153,40 @@ def compare_reads(spark: Any, logs: Path, parquet: Path, records: int, repeats: 
     epto_df = spark.read.format("epto").load(str(logs))
     epto_df.write.mode("overwrite").parquet(str(parquet))
     parquet_df = spark.read.parquet(str(parquet))
+    try:
+        jvm_df = spark.read.format("epto-jvm").load(str(logs))
+        jvm_df.schema  # noqa: B018 - fails here when the session has no epto-jvm jar
+    except Exception as exc:
+        print(f"(no epto-jvm reader in this session: {type(exc).__name__})")
+        jvm_df = None
     ts_only = spark.read.format("epto").schema("ts BIGINT").load(str(logs))
     node_only = spark.read.format("epto").schema("node BIGINT").load(str(logs))
-    reads: list[tuple[str, Any, Callable[[Any], object]]] = [
-        ("all columns", epto_df, lambda df: df.write.format("noop").mode("overwrite").save()),
-        ("one column (ts)", epto_df, lambda df: df.agg(F.sum("ts")).first()),
-        ("  .schema(ts)", ts_only, lambda df: df.agg(F.sum("ts")).first()),
-        ("count()", epto_df, lambda df: df.count()),
-        ("  .schema(node)", node_only, lambda df: df.count()),
+
+    def sources(python: Any, with_jvm: bool = True) -> dict[str, Any]:
+        out = {"epto": python}
+        if with_jvm and jvm_df is not None:
+            out["epto-jvm"] = jvm_df
+        return out | {"parquet": parquet_df}
+
+    reads: list[tuple[str, dict[str, Any], Callable[[Any], object]]] = [
+        (
+            "all columns",
+            sources(epto_df),
+            lambda df: df.write.format("noop").mode("overwrite").save(),
+        ),
+        ("one column (ts)", sources(epto_df), lambda df: df.agg(F.sum("ts")).first()),
+        ("  .schema(ts)", sources(ts_only, False), lambda df: df.agg(F.sum("ts")).first()),
+        ("count()", sources(epto_df), lambda df: df.count()),
+        ("  .schema(node)", sources(node_only, False), lambda df: df.count()),
     ]
     print(
         f"reads of the same {records:,} rows ({spark.sparkContext.master}): best wall time "
-        f"of {repeats}, median CPU time of the Spark processes"
+        f"of {repeats}, median CPU time of the Spark processes; (Nx) is the ratio to Parquet"
     )
-    for label, source_df, action in reads:
+    for label, dfs, action in reads:
         wall: dict[str, float] = {}
         cpu: dict[str, float | None] = {}
-        for name, df in (("epto", source_df), ("parquet", parquet_df)):
+        for name, df in dfs.items():
             times, cpus = [], []
             for _ in range(repeats):
                 before = None if jvm is None else _tree_cpu(jvm)
@@ -181,20 +200,20 @@ def compare_reads(spark: Any, logs: Path, parquet: Path, records: int, repeats: 
                 after = None if jvm is None else _tree_cpu(jvm)
                 if before is not None and after is not None:
                     cpus.append(after - before)
-            if not times:
-                break
-            wall[name] = min(times)
-            cpu[name] = sorted(cpus)[len(cpus) // 2] if cpus else None
-        if len(wall) < 2:
+            if times:
+                wall[name] = min(times)
+                cpu[name] = sorted(cpus)[len(cpus) // 2] if cpus else None
+        if "parquet" not in wall:
             continue
-        line = (
-            f"  {label:16} wall: epto {wall['epto']:5.2f} s, parquet {wall['parquet']:5.2f} s "
-            f"({wall['epto'] / wall['parquet']:4.1f}x)"
-        )
-        e, q = cpu["epto"], cpu["parquet"]
-        if e is not None and q is not None:
-            line += f"   CPU: epto {e:5.2f} s, parquet {q:5.2f} s ({e / max(q, 0.01):4.1f}x)"
-        print(line)
+        base_wall, base_cpu = wall["parquet"], cpu["parquet"]
+        for name in wall:
+            line = (
+                f"  {label:16} {name:9} wall {wall[name]:5.2f} s ({wall[name] / base_wall:4.1f}x)"
+            )
+            c = cpu[name]
+            if c is not None and base_cpu is not None:
+                line += f"   CPU {c:5.2f} s ({c / max(base_cpu, 0.01):4.1f}x)"
+            print(line)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,6 +4,10 @@ One line registers the source::
 
     epto.spark.register(spark)   # then spark.read.format("epto").load(LOGDIR)
 
+Batch reads also have a JVM reader, ``spark.read.format("epto-jvm")``: the
+same rows, options and errors, with column pruning and filters pushed down;
+:func:`session` builds it (:func:`jvm_jar`, needs ``javac``) and loads it.
+
 ``df.writeStream.format("epto").option("gateway", "host:port")`` broadcasts
 rows into a running group through a :class:`Gateway` (a member that listens
 for Spark tasks); members de-duplicate retried rows with :class:`SinkRows`.
@@ -21,6 +25,7 @@ import Spark; the functions do.
 from ._analyze import analyze as analyze
 from ._gateway import Gateway as Gateway
 from ._gateway import GatewayStatistics as GatewayStatistics
+from ._jvm import jvm_jar as jvm_jar
 from ._rows import SinkRow as SinkRow
 from ._rows import SinkRows as SinkRows
 from ._rows import SinkStatistics as SinkStatistics
@@ -40,6 +45,7 @@ __all__ = [
     "SinkStatistics",
     "analyze",
     "grid",
+    "jvm_jar",
     "register",
     "session",
     "simulate",

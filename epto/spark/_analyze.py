@@ -36,6 +36,8 @@ from ..log._summary import (
     write_outputs,
 )
 from ._columnar import extent
+from ._jvm import FORMAT as JVM_FORMAT
+from ._jvm import reader_error
 from ._session import register, session
 
 MISSING_SAMPLE_NODES = 100
@@ -74,6 +76,11 @@ def analyze(
     spark.conf.set(key, str(shuffle_partitions(root, spark.sparkContext.defaultParallelism)))
     try:
         result, histogram = _run(spark, root)
+    except Exception as exc:
+        error = reader_error(exc)  # the JVM reader's error inside Spark's job failure
+        if error is None:
+            raise
+        raise error from None
     finally:
         spark.conf.set(key, before)
         if own:
@@ -101,10 +108,17 @@ def _run(spark: Any, root: str) -> tuple[dict[str, Any], list[tuple[float, int]]
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    # Only these columns are decoded (a schema given to the source prunes the rest).
+    # Only these columns are decoded (a schema given to the Python source prunes
+    # the rest; the JVM reader prunes to the columns each job uses).
     cols = "node BIGINT, offset BIGINT, source BIGINT, seq BIGINT, ts BIGINT, tag STRING, "
-    base = spark.read.format("epto").schema(cols + "delivered_at TIMESTAMP, broadcast_at TIMESTAMP")
-    base = base.load(root)
+    schema = cols + "delivered_at TIMESTAMP, broadcast_at TIMESTAMP"
+    try:  # the JVM reader when the session has it (epto.spark.session() loads it)
+        base = spark.read.format(JVM_FORMAT).schema(schema).load(root)
+    except Exception as exc:
+        if "DATA_SOURCE_NOT_FOUND" not in str(exc):
+            raise
+        # No epto-jvm jar on this session's classpath (no javac where it was built).
+        base = spark.read.format("epto").schema(schema).load(root)
     base = base.persist(StorageLevel.MEMORY_AND_DISK)
     manifest_path = os.path.join(root, MANIFEST)
     manifest = None

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import _jvm
+
 
 def register(spark: Any) -> None:
     """Make the ``epto`` format work: ``spark.read``/``readStream`` of delivery
@@ -58,6 +60,9 @@ def session(master: str | None = None, *, app_name: str = "epto", **conf: str) -
     URL runs on that cluster, whose workers need ``epto`` installed. Extra
     ``conf`` entries are passed to the builder (and win). Python workers run
     this interpreter and import this ``epto`` (:func:`worker_settings`).
+
+    When ``javac`` is present, the JVM reader (``format("epto-jvm")``) is built
+    on first use (:func:`jvm_jar`) and added to ``spark.jars``.
     """
     from pyspark.sql import SparkSession
 
@@ -77,6 +82,10 @@ def session(master: str | None = None, *, app_name: str = "epto", **conf: str) -
             "spark.driver.bindAddress": "127.0.0.1",
             "spark.sql.shuffle.partitions": "4",
         }
+    jar = _jvm.jvm_jar()
+    if jar is not None:  # format("epto-jvm"); without javac, the Python source only
+        given = conf.get("spark.jars")
+        conf = conf | {"spark.jars": jar if not given else f"{given},{jar}"}
     settings |= conf
     for key, value in settings.items():
         builder = builder.config(key, value)

@@ -2,7 +2,8 @@
 
     python _cluster_job.py MASTER LOGDIR OUTDIR
 
-It prints one JSON object: the batch read's records, where the workers
+It prints one JSON object: the batch read's records (through the Python
+source and through the JVM reader), where the workers
 imported ``epto`` from, and the rows a streaming query (delivery logs to
 parquet files, with a checkpoint, ``availableNow``) wrote after its first run
 and after a restart from its checkpoint, with five records appended to every
@@ -52,6 +53,12 @@ def main() -> None:
 
     df = spark.read.format("epto").load(logdir)
     batch = [[*r[:6], bytes(r[6]).hex()] for r in df.select(*COLUMNS).collect()]
+    # The JVM reader, shipped to the executors in spark.jars by session()
+    # (not there without javac: then the Python source's rows stand in).
+    jvm_batch = batch
+    if epto.spark.jvm_jar() is not None:
+        jvm = spark.read.format("epto-jvm").load(logdir).select(*COLUMNS)
+        jvm_batch = [[*r[:6], bytes(r[6]).hex()] for r in jvm.collect()]
 
     def where(_: object) -> str:
         import epto
@@ -69,6 +76,7 @@ def main() -> None:
         json.dumps(
             {
                 "batch": batch,
+                "jvm_batch": jvm_batch,
                 "workers_import": imported,
                 "driver": epto.__file__,
                 "first": first,

@@ -60,7 +60,7 @@ def test_on_a_standalone_cluster(tmp_path: Path) -> None:
             env=env,
         )
     result = json.loads(job.stdout.strip().splitlines()[-1])
-    assert sorted(result["batch"]) == expected
+    assert sorted(result["batch"]) == sorted(result["jvm_batch"]) == expected
     # The worker's Python imported this epto, not another copy.
     assert result["workers_import"] == [result["driver"]] == [epto.__file__]
     assert sorted(result["first"]) == expected
