@@ -102,7 +102,7 @@ class TrioDriver(TaskOwner):
             raise LocalProtocolError(f"cannot broadcast on a node that is {self._state}")
         loop = self._require_loop()
         eid = loop.broadcast(payload, self._now())
-        if loop.output_pending():
+        if loop.output_pending() or loop.deadline() - self._offset < self._armed:
             self._poke()
         return eid
 
@@ -144,7 +144,9 @@ class TrioDriver(TaskOwner):
         """Feed one datagram or frame (from a receiving task); True when accepted."""
         loop = self._require_loop()
         accepted = loop.arrived(data, self._now(), peer_host)
-        if accepted and loop.output_pending():
+        if accepted and (loop.output_pending() or loop.deadline() - self._offset < self._armed):
+            # Output to take, or a deadline moved before the one the turn
+            # task sleeps until.
             self._poke()
         return accepted
 
