@@ -60,7 +60,7 @@ def _worker(index: int, ports: list[int], args: argparse.Namespace, barrier: Any
 
     import cProfile
 
-    profiler = cProfile.Profile()
+    profiler = cProfile.Profile(time.process_time)
     members = {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(ports)}
     pid = index + 1
     config = TokenRingNodeConfig(pid=pid, bind=members[pid], members=members, seed=pid)

@@ -14,7 +14,8 @@ Rules:
   a quiet period (and always with ``broadcast_hold`` 0) the driver's next
   pull (:meth:`Outbox.take`) takes it, so that a burst leaves together;
   otherwise it leaves ``broadcast_hold`` after the previous flush, by the
-  timer (:meth:`Outbox.timer`, :meth:`Outbox.flush_due`), and not before
+  timer (:meth:`Outbox.timer`, :meth:`Outbox.flush_due`), or with a
+  broadcast made in the second half of that hold, and not before
   ``not_before`` (the holder's own
   broadcasts: the token it passes carries them out, and they are sequenced
   then anyway). A broadcast is held at most ``broadcast_hold``, or, at the
@@ -119,10 +120,14 @@ class Outbox:
         if not self._hold:
             self._flush_at = -math.inf  # leaves at the driver's next pull
             return
+        due = self._last_flush + self._hold
+        if now >= due - self._hold / 2:
+            # In the second half of the hold: this broadcast takes the held
+            # ones along at once (no timer wake-up of its own; paced
+            # broadcasts then leave every half hold or more, together).
+            due = now
         # Never later than token_hold from now (a holder passes by then).
-        due = min(max(self._last_flush + self._hold, not_before), now + self._cap)
-        if len(unsent) == 1 or due > self._flush_at:
-            self._flush_at = due
+        self._flush_at = min(max(due, not_before), now + self._cap)
 
     def timer(self) -> float:
         """When the held broadcasts leave (inf: none held, or they leave at

@@ -192,7 +192,7 @@ def test_broadcasts_leave_at_most_once_per_broadcast_hold() -> None:
     assert proc.output_ready()
     assert _data_events(proc.messages_to_send(), 1) == [[0]]
     proc.broadcast(b"b", 0.001)  # sooner than the hold after that send: held
-    proc.broadcast(b"c", 0.002)
+    proc.broadcast(b"c", 0.0015)
     assert not proc.output_ready()
     assert _data_events(proc.messages_to_send(), 1) == []
     assert proc.get_timer() == 0.004  # when the held ones leave
@@ -200,6 +200,10 @@ def test_broadcasts_leave_at_most_once_per_broadcast_hold() -> None:
     assert _data_events(proc.messages_to_send(), 1) == [[1, 2]]
     proc.broadcast(b"d", 0.0085)  # the hold after that send is over: at once
     assert _data_events(proc.messages_to_send(), 1) == [[3]]
+    proc.broadcast(b"e", 0.009)  # held...
+    assert not proc.output_ready()
+    proc.broadcast(b"f", 0.0105)  # ... until a broadcast in the second half of the hold
+    assert _data_events(proc.messages_to_send(), 1) == [[4, 5]]
 
 
 def test_held_broadcasts_leave_before_anything_sent_after_them() -> None:
