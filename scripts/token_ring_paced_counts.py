@@ -32,7 +32,9 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
-def _worker(index: int, ports: list[int], args: argparse.Namespace, barrier: Any, queue: Any) -> None:
+def _worker(
+    index: int, ports: list[int], args: argparse.Namespace, barrier: Any, queue: Any
+) -> None:
     import trio
 
     from epto.benchmarks.replication import _ring_formed

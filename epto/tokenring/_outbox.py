@@ -49,8 +49,8 @@ class Outbox:
     """The outgoing side of one process."""
 
     __slots__ = (
-        "_flush_at",
         "_cap",
+        "_flush_at",
         "_hold",
         "_last_flush",
         "_latest",
