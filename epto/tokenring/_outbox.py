@@ -138,6 +138,7 @@ class Outbox:
         """Send the held broadcasts if their time has come."""
         if self._unsent and now >= self._flush_at:
             self.flush()
+            self._last_flush = now
 
     def flush(self) -> None:
         """Send the buffered own broadcasts to every member, as one message."""
