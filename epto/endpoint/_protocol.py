@@ -94,7 +94,9 @@ class Endpoint(Protocol):
         """True when inputs since the last :meth:`datagrams_to_send` may have
         produced frames or deliveries to take before :meth:`get_timer` (the
         driver then takes them soon); False when output only comes from
-        :meth:`handle_timer`."""
+        :meth:`handle_timer`. An input may move :meth:`get_timer` earlier
+        (the token ring's held broadcasts, a token that arrived): a driver
+        re-reads it after each input."""
         ...
 
     def opening(self, dest: ProcessId) -> list[bytes]:

@@ -123,6 +123,10 @@ class TokenRingEndpoint:
         self._view = -1
         self._view_members: frozenset[ProcessId] = frozenset()
         self._gone: list[ProcessId] = []
+        self._book_changed = True
+        """An address frame arrived since the last output (a book may be due)."""
+        self._instance = -2
+        """The configuration the last output was taken in."""
 
     # -- identity and addresses -----------------------------------------------
 
@@ -167,11 +171,17 @@ class TokenRingEndpoint:
 
     def receive(self, data: bytes, now: float, *, peer_host: str | None = None) -> bool:
         process = self._process
+        fed = False
 
         def feed(sender: ProcessId, message: object) -> None:
+            nonlocal fed
+            fed = True
             process.receive(sender, message, now)  # type: ignore[arg-type]
 
-        return self._framing.receive(data, now, peer_host, feed)
+        accepted = self._framing.receive(data, now, peer_host, feed)
+        if accepted and not fed:
+            self._book_changed = True  # an address frame: a book may be due
+        return accepted
 
     def reject(self, fault: str) -> None:
         self._framing.codec.rejected[fault] += 1
@@ -190,10 +200,20 @@ class TokenRingEndpoint:
     def datagrams_to_send(self, now: float) -> list[Transmit]:
         out = self._framing.frames(self._process.messages_to_send(), _split)
         self._watch_view(out)
+        self._book_changed = False
+        self._instance = self._process.config.instance
         return out
 
     def output_pending(self) -> bool:
-        return True  # the token ring answers every input at once
+        # The token ring answers an input at once when it has something to
+        # answer; a payload that only joins the pool (most inputs when paced)
+        # or a broadcast that is held (broadcast_hold) waits for the timer,
+        # without a turn of its own.
+        return (
+            self._process.output_ready()
+            or self._book_changed
+            or self._process.config.instance != self._instance
+        )
 
     def _watch_view(self, out: list[Transmit]) -> None:
         """Send this member's book when it can reach new members of the view;

@@ -64,6 +64,17 @@ class TokenRingConfig:
     token_hold: float = attrs.field(default=0.005, validator=_non_negative)
     """How long the holder keeps the token before sequencing and passing it;
     messages received meanwhile are sequenced together."""
+    broadcast_hold: float = attrs.field(default=0.005, validator=_non_negative)
+    """Least time between two sends of this member's own broadcasts: a
+    broadcast made sooner than this after the previous send waits (at most
+    this long) and leaves with the others made meanwhile, in one message per
+    member. A broadcast after a quiet period leaves at the driver's next
+    pull; held broadcasts also leave with anything else this member sends (an
+    order notice, a heartbeat); at the token's holder they leave with the
+    token it passes (which sequences them then anyway), at most
+    ``token_hold`` later. 0: broadcasts leave at the driver's next pull. Not
+    applied with ``optimistic`` delivery, whose delay plans assume
+    broadcasts leave at once (docs/token-ring.md, *Broadcast*)."""
     heartbeat_interval: float = attrs.field(default=0.05, validator=_positive)
     """Every member sends a heartbeat to every other member this often."""
     suspect_timeout: float = attrs.field(default=0.3, validator=_positive)

@@ -113,9 +113,12 @@ class DataPath:
         s.book.add_event(event)
         if self._optimistic is not None:
             self._optimistic.arrived(event, now)
-        self._out.queue_own(event)
         s.counts.broadcasts += 1
-        self._tokens.hurry_token(now)
+        tokens = self._tokens
+        tokens.hurry_token(now)
+        # At the holder the broadcast is sequenced when the token leaves, and
+        # leaves with it: holding it until then costs no latency.
+        self._out.queue_own(event, now, tokens.pass_at if tokens.token is not None else -math.inf)
         return event.id
 
     def own_events(self) -> Iterator[Event]:

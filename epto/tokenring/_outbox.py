@@ -10,8 +10,16 @@ Rules:
   session and counts it in ``counts.sent``.
 * Own broadcasts are buffered and leave as one ``Data`` or ``DataBatch`` to
   every member, before anything sent after them (links are FIFO): every send
-  flushes the buffer first, and so does the driver's pull
-  (:meth:`Outbox.take`); a buffer of ``BATCH_IDS`` leaves at once.
+  flushes the buffer first; a buffer of ``BATCH_IDS`` leaves at once. After
+  a quiet period (and always with ``broadcast_hold`` 0) the driver's next
+  pull (:meth:`Outbox.take`) takes it, so that a burst leaves together;
+  otherwise it leaves ``broadcast_hold`` after the previous flush, by the
+  timer (:meth:`Outbox.timer`, :meth:`Outbox.flush_due`), or with a
+  broadcast made in the second half of that hold, and not before
+  ``not_before`` (the holder's own
+  broadcasts: the token it passes carries them out, and they are sequenced
+  then anyway). A broadcast is held at most ``broadcast_hold``, or, at the
+  token's holder, until it passes the token (at most ``token_hold``).
 * A heartbeat goes to every other member every ``heartbeat_interval``; a
   heartbeat that reports a loss on our link is answered at once, and one that
   says the peer lacks ours is answered with them, framed by two heartbeats
@@ -40,7 +48,20 @@ from ._shared import Shared
 class Outbox:
     """The outgoing side of one process."""
 
-    __slots__ = ("_links", "_out", "_replied", "_s", "_unsent", "arrived", "hb_at")
+    __slots__ = (
+        "_cap",
+        "_flush_at",
+        "_hold",
+        "_last_flush",
+        "_latest",
+        "_links",
+        "_out",
+        "_replied",
+        "_s",
+        "_unsent",
+        "arrived",
+        "hb_at",
+    )
 
     def __init__(self, shared: Shared, now: float) -> None:
         self._s = shared
@@ -50,6 +71,16 @@ class Outbox:
         self._out: list[tuple[ProcessId, Message]] = []
         self._unsent: list[Event] = []
         """Own broadcasts not handed out yet: they leave as one message."""
+        cfg = shared.cfg
+        # Optimistic delay plans measure when broadcasts arrive: no hold.
+        self._hold = 0.0 if cfg.optimistic is not None else cfg.broadcast_hold
+        self._cap = max(self._hold, cfg.token_hold)
+        self._flush_at = math.inf
+        """When the held broadcasts leave (inf: none held, or no hold)."""
+        self._last_flush = -math.inf
+        """When own broadcasts last left (as far as this object knows ``now``)."""
+        self._latest = -math.inf
+        """The ``now`` of the latest broadcast (a flush by a send has no clock)."""
         self._replied: dict[ProcessId, float] = {}
         self.hb_at = now
         """When the next heartbeats are due (written only here)."""
@@ -73,24 +104,57 @@ class Outbox:
             if p != me and p != skip:
                 self.send(p, message)
 
-    def queue_own(self, event: Event) -> None:
-        """Buffer an own broadcast; a full buffer leaves at once."""
-        self._unsent.append(event)
-        if len(self._unsent) >= BATCH_IDS:
+    def queue_own(self, event: Event, now: float, not_before: float = -math.inf) -> None:
+        """Buffer an own broadcast (see the module docstring); a full buffer
+        leaves at once."""
+        unsent = self._unsent
+        unsent.append(event)
+        self._latest = now
+        if len(unsent) >= BATCH_IDS:
+            # A full message: nothing to gain by holding it, and it does not
+            # count as a send (what follows it in a burst leaves with it).
+            last = self._last_flush
             self.flush()
+            self._last_flush = last
+            return
+        if not self._hold:
+            self._flush_at = -math.inf  # leaves at the driver's next pull
+            return
+        due = self._last_flush + self._hold
+        if now >= due - self._hold / 2:
+            # In the second half of the hold: this broadcast takes the held
+            # ones along at once (no timer wake-up of its own; paced
+            # broadcasts then leave every half hold or more, together).
+            due = now
+        # Never later than token_hold from now (a holder passes by then).
+        self._flush_at = min(max(due, not_before), now + self._cap)
+
+    def timer(self) -> float:
+        """When the held broadcasts leave (inf: none held, or they leave at
+        the driver's next pull, :meth:`ready`)."""
+        return self._flush_at if self._flush_at > self._latest else math.inf
+
+    def flush_due(self, now: float) -> None:
+        """Send the held broadcasts if their time has come."""
+        if self._unsent and now >= self._flush_at:
+            self.flush()
+            self._last_flush = now
 
     def flush(self) -> None:
         """Send the buffered own broadcasts to every member, as one message."""
         events = self._unsent
         self._unsent = []
+        self._flush_at = math.inf
+        self._last_flush = self._latest
         message: Message = (
             Data(event=events[0]) if len(events) == 1 else DataBatch(events=tuple(events))
         )
         self.send_all(message)
 
     def take(self) -> list[tuple[ProcessId, Message]]:
-        """Hand the driver everything waiting (the buffered broadcasts included)."""
-        if self._unsent:
+        """Hand the driver everything waiting (the buffered broadcasts too,
+        unless they are held: :attr:`TokenRingConfig.broadcast_hold`)."""
+        if self._unsent and self._flush_at <= self._latest:
             self.flush()
         out = self._out
         self._out = []
@@ -159,6 +223,10 @@ class Outbox:
     def waiting(self) -> int:
         """Messages not handed to the driver yet (buffered broadcasts included)."""
         return len(self._out) + len(self._unsent)
+
+    def ready(self) -> bool:
+        """Whether :meth:`take` would hand out something now."""
+        return bool(self._out) or (bool(self._unsent) and self._flush_at <= self._latest)
 
     def kept_for_links(self) -> int:
         return self._links.sizes()

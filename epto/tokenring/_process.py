@@ -261,6 +261,7 @@ class TokenRingProcess:
         if self._out.heartbeats_due(now):
             self._data.resend_own(now)
         self._tokens.tick(now)
+        self._out.flush_due(now)
         self._fetch.check(now, self._tokens.pending)
         self._change.drive(now)
         if self._optimistic is not None:
@@ -293,7 +294,8 @@ class TokenRingProcess:
             return math.inf
         if role is Role.JOINING:
             return self._joins.timer()
-        t = min(self._out.hb_at, self._data.deliver_at, self._tokens.timer())
+        out = self._out
+        t = min(out.hb_at, out.timer(), self._data.deliver_at, self._tokens.timer())
         if self._optimistic is not None:
             t = min(t, self._optimistic.timer())
         if self._fetch.since is not None:
@@ -302,6 +304,11 @@ class TokenRingProcess:
 
     def messages_to_send(self) -> list[tuple[ProcessId, Message]]:
         return self._out.take()
+
+    def output_ready(self) -> bool:
+        """Whether :meth:`messages_to_send` or :meth:`deliveries` would hand
+        out something now (held broadcasts leave by the timer)."""
+        return bool(self._deliveries) or self._out.ready()
 
     def next_delivery(self) -> Delivery | None:
         return self._deliveries.popleft() if self._deliveries else None

@@ -171,3 +171,91 @@ def test_order_book_learns_a_batch_once_and_forgets_on_truncate() -> None:
         assert type(exc).__name__ == "Divergence"
     else:
         raise AssertionError("divergence not detected")
+
+
+def _data_events(out: list[tuple[int, Message]], dest: int) -> list[list[int]]:
+    """The seqs of each Data or DataBatch message to ``dest``, in order."""
+    found = []
+    for d, m in out:
+        if d == dest and isinstance(m, Data):
+            found.append([m.event.seq])
+        elif d == dest and isinstance(m, DataBatch):
+            found.append([e.seq for e in m.events])
+    return found
+
+
+def test_broadcasts_leave_at_most_once_per_broadcast_hold() -> None:
+    proc = _ring(broadcast_hold=0.004)[2]  # not the holder
+    proc.handle_timer(0.0)  # the first heartbeats; the next are due at 0.05
+    proc.messages_to_send()
+    proc.broadcast(b"a", 0.0)  # after a quiet period: at the next pull
+    assert proc.output_ready()
+    assert _data_events(proc.messages_to_send(), 1) == [[0]]
+    proc.broadcast(b"b", 0.001)  # sooner than the hold after that send: held
+    proc.broadcast(b"c", 0.0015)
+    assert not proc.output_ready()
+    assert _data_events(proc.messages_to_send(), 1) == []
+    assert proc.get_timer() == 0.004  # when the held ones leave
+    proc.handle_timer(0.004)
+    assert _data_events(proc.messages_to_send(), 1) == [[1, 2]]
+    proc.broadcast(b"d", 0.0085)  # the hold after that send is over: at once
+    assert _data_events(proc.messages_to_send(), 1) == [[3]]
+    proc.broadcast(b"e", 0.009)  # held...
+    assert not proc.output_ready()
+    proc.broadcast(b"f", 0.0105)  # ... until a broadcast in the second half of the hold
+    assert _data_events(proc.messages_to_send(), 1) == [[4, 5]]
+
+
+def test_held_broadcasts_leave_before_anything_sent_after_them() -> None:
+    procs = _ring(broadcast_hold=0.004)
+    proc = procs[2]
+    proc.broadcast(b"a", 0.0)
+    proc.messages_to_send()
+    proc.broadcast(b"b", 0.001)
+    # A heartbeat to the others is due at once: the held broadcast goes first.
+    proc.handle_timer(0.05)
+    out = [(d, type(m).__name__) for d, m in proc.messages_to_send()]
+    assert out.index((1, "Data")) < out.index((1, "Heartbeat"))
+
+
+def test_the_holder_holds_its_broadcasts_until_it_passes_the_token() -> None:
+    procs = _ring(broadcast_hold=0.001)
+    holder = procs[1]
+    assert holder.holds_token()
+    holder.handle_timer(0.0)  # the first heartbeats (a send takes held broadcasts along)
+    holder.messages_to_send()
+    holder.broadcast(b"a", 0.0)
+    holder.broadcast(b"b", 0.0)
+    # Sequenced when the token leaves (token_hold, 5 ms), so they leave with it.
+    out = holder.messages_to_send()
+    assert _data_events(out, 2) == []
+    while holder.holds_token():
+        t = holder.get_timer()
+        assert t <= 0.005
+        holder.handle_timer(t)
+        if holder.holds_token():
+            assert _data_events(holder.messages_to_send(), 2) == []
+    out = holder.messages_to_send()
+    kinds = [(d, type(m).__name__) for d, m in out]
+    assert _data_events(out, 2) == [[0, 1]]
+    assert kinds.index((2, "DataBatch")) < kinds.index((2, "Token"))
+
+
+def test_a_payload_that_only_joins_the_pool_asks_for_no_turn() -> None:
+    procs = _ring()
+    procs[3].broadcast(b"x", 0.0)
+    [(_, message)] = [(d, m) for d, m in procs[3].messages_to_send() if d == 2]
+    procs[2].receive(3, message, 0.0001)  # not the holder: nothing to answer
+    assert not procs[2].output_ready()
+    procs[1].receive(3, message, 0.0001)  # the holder: it sequences later, by its timer
+    assert not procs[1].output_ready()
+
+
+def test_with_no_hold_broadcasts_leave_at_the_next_pull() -> None:
+    proc = _ring(broadcast_hold=0.0)[2]
+    for i in range(3):
+        proc.broadcast(b"m%d" % i, 0.001 * i)
+    assert proc.output_ready()
+    assert _data_events(proc.messages_to_send(), 1) == [[0, 1, 2]]
+    proc.broadcast(b"m3", 0.003)
+    assert _data_events(proc.messages_to_send(), 1) == [[3]]

@@ -75,8 +75,13 @@ def test_links_are_fifo_with_random_latencies() -> None:
         original = proc.receive
 
         def receive(sender: ProcessId, message: object, now: float, *, me=pid, inner=original):
-            event = getattr(message, "event", None)
-            if event is not None and type(message).__name__ == "Data":
+            # Broadcasts travel as Data, or DataBatch when several were held
+            # together (broadcast_hold).
+            kind = type(message).__name__
+            events = getattr(message, "events", ()) if kind == "DataBatch" else ()
+            if kind == "Data":
+                events = (message.event,)  # type: ignore[attr-defined]
+            for event in events:
                 seen.setdefault((sender, me), []).append(event.seq)
             inner(sender, message, now)  # type: ignore[arg-type]
 

@@ -47,7 +47,8 @@ class TrioDriver(TaskOwner):
         self._turned = trio.lowlevel.ParkingLot()
         self._wake = trio.lowlevel.ParkingLot()
         self._poked = False
-        self._armed = -math.inf
+        self._sleep: trio.CancelScope | None = None
+        """The turn task's sleep until the endpoint's deadline, while it sleeps."""
         self._stop_reason: str | None = None
 
     # -- lifecycle ----------------------------------------------------------
@@ -102,8 +103,7 @@ class TrioDriver(TaskOwner):
             raise LocalProtocolError(f"cannot broadcast on a node that is {self._state}")
         loop = self._require_loop()
         eid = loop.broadcast(payload, self._now())
-        if loop.output_pending():
-            self._poke()
+        self._after_input(loop)
         return eid
 
     def __aiter__(self) -> Self:
@@ -144,9 +144,22 @@ class TrioDriver(TaskOwner):
         """Feed one datagram or frame (from a receiving task); True when accepted."""
         loop = self._require_loop()
         accepted = loop.arrived(data, self._now(), peer_host)
-        if accepted and loop.output_pending():
-            self._poke()
+        if accepted:
+            self._after_input(loop)
         return accepted
+
+    def _after_input(self, loop: DriverLoop) -> None:
+        """Take a turn soon if the input produced output; else, if it moved
+        the endpoint's deadline before the one the turn task sleeps until,
+        move that task's deadline (no wake-up before it is due)."""
+        if loop.output_pending():
+            self._poke()
+            return
+        sleep = self._sleep
+        if sleep is not None:
+            deadline = loop.deadline() - self._offset
+            if deadline < sleep.deadline:
+                sleep.deadline = deadline
 
     def _poke(self) -> None:
         """Take a turn soon: once the current task yields, so that what several
@@ -161,10 +174,12 @@ class TrioDriver(TaskOwner):
         while True:
             deadline = loop.deadline() - self._offset
             if not self._poked and deadline > trio.current_time():
-                self._armed = deadline
-                with trio.move_on_at(deadline if math.isfinite(deadline) else math.inf):
-                    await self._wake.park()
-                self._armed = -math.inf
+                with trio.move_on_at(deadline if math.isfinite(deadline) else math.inf) as sleep:
+                    self._sleep = sleep
+                    try:
+                        await self._wake.park()
+                    finally:
+                        self._sleep = None
             else:
                 # A turn that stays due must not starve the other tasks.
                 await trio.lowlevel.checkpoint()

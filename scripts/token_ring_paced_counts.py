@@ -1,0 +1,153 @@
+"""Frames, writes and event-loop wake-ups per command of the token ring on
+TCP, paced (three processes on loopback, the schedule of ``epto bench
+replication``).
+
+    python scripts/token_ring_paced_counts.py --commands 1500 --rate 500
+
+Each worker runs a ``TokenRingNode``, waits until the ring is formed, then
+submits ``--commands`` commands at ``--rate`` per second and counts, from its
+first submission until it applied every command of the three: the frames it
+sent and received (the node's statistics), its writes to sockets
+(``trio.SocketStream.send_all`` calls), trio's task steps and I/O waits (an
+instrument) and its CPU seconds. The figures printed are sums over the three
+workers divided by the commands applied (3 x ``--commands``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import socket
+import time
+from typing import Any
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def _worker(
+    index: int, ports: list[int], args: argparse.Namespace, barrier: Any, queue: Any
+) -> None:
+    import trio
+
+    from epto.benchmarks.replication import _ring_formed
+    from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
+
+    counts = {"steps": 0, "io_waits": 0, "writes": 0}
+    counting = [False]
+    send_all = trio.SocketStream.send_all
+
+    async def counted_send_all(self: Any, data: Any) -> None:
+        if counting[0]:
+            counts["writes"] += 1
+        await send_all(self, data)
+
+    trio.SocketStream.send_all = counted_send_all  # type: ignore[method-assign]
+
+    class Counter(trio.abc.Instrument):
+        def before_task_step(self, task: Any) -> None:
+            if counting[0]:
+                counts["steps"] += 1
+
+        def before_io_wait(self, timeout: float) -> None:
+            if counting[0]:
+                counts["io_waits"] += 1
+
+    import cProfile
+
+    profiler = cProfile.Profile(time.process_time)
+    members = {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(ports)}
+    pid = index + 1
+    config = TokenRingNodeConfig(pid=pid, bind=members[pid], members=members, seed=pid)
+    total = 3 * args.commands
+    out: dict[str, Any] = {}
+
+    async def main() -> None:
+        async with TokenRingNode(config) as node:
+            await _ring_formed(node, 3, 30.0)
+            await trio.to_thread.run_sync(barrier.wait)
+            t0 = time.time()
+            cpu0 = time.process_time()
+            before = node.statistics()
+            counting[0] = True
+            if args.profile and index == 0:
+                profiler.enable()
+            latencies: list[float] = []
+            submits: dict[Any, float] = {}
+
+            async def submit() -> None:
+                k = 0
+                while k < args.commands:
+                    delay = t0 + k / args.rate - time.time()
+                    if delay > 0:
+                        await trio.sleep(delay)
+                    now = time.time()
+                    end = min(args.commands, k + 64)
+                    while k < end and t0 + k / args.rate <= now:
+                        submits[node.broadcast(b"incr")] = time.time()
+                        k += 1
+                    await trio.lowlevel.checkpoint()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(submit)
+                n = 0
+                async for delivery in node:
+                    n += 1
+                    sent = submits.get(delivery.event.id)
+                    if sent is not None:
+                        latencies.append(time.time() - sent)
+                    if n == total:
+                        break
+                counting[0] = False
+                if args.profile and index == 0:
+                    profiler.disable()
+                    profiler.dump_stats(args.profile)
+                after = node.statistics()
+                out["cpu"] = time.process_time() - cpu0
+                out["frames_sent"] = after.frames_sent - before.frames_sent
+                out["frames_received"] = after.frames_received - before.frames_received
+                out["latencies"] = latencies
+                await trio.to_thread.run_sync(barrier.wait)
+                nursery.cancel_scope.cancel()
+
+    trio.run(main, instruments=[Counter()])
+    out.update(counts)
+    queue.put((index, out))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--commands", type=int, default=1500)
+    p.add_argument("--rate", type=float, default=500.0)
+    p.add_argument("--profile", help="write the first worker's profile of the window here")
+    args = p.parse_args()
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(3)
+    queue = ctx.Queue()
+    ports = _free_ports(3)
+    procs = [ctx.Process(target=_worker, args=(i, ports, args, barrier, queue)) for i in range(3)]
+    for proc in procs:
+        proc.start()
+    results = dict(queue.get(timeout=120) for _ in range(3))
+    for proc in procs:
+        proc.join(timeout=10)
+    total = 3 * args.commands
+    lat = sorted(x for r in results.values() for x in r["latencies"])
+    print(f"commands {total}, rate {args.rate:g}/s per process")
+    for key in ("frames_sent", "frames_received", "writes", "io_waits", "steps"):
+        s = sum(r[key] for r in results.values())
+        print(f"{key:16} {s:8d}  {s / total:6.2f} per command")
+    cpu = sum(r["cpu"] for r in results.values())
+    print(f"{'cpu s':16} {cpu:8.2f}  {1e6 * cpu / total:6.0f} us per command")
+    print(f"{'local p50':16} {1e3 * lat[len(lat) // 2]:8.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
