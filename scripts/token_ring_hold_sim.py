@@ -20,8 +20,9 @@ from __future__ import annotations
 import argparse
 import random
 
-from epto.tokenring import TokenRingConfig
 from epto.transports.simulation import TokenRingCluster
+
+from epto.tokenring import TokenRingConfig
 
 
 def run(

@@ -36,9 +36,9 @@ def _worker(
     index: int, ports: list[int], args: argparse.Namespace, barrier: Any, queue: Any
 ) -> None:
     import trio
+    from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
 
     from epto.benchmarks.replication import _ring_formed
-    from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
 
     counts = {"steps": 0, "io_waits": 0, "writes": 0}
     counting = [False]
