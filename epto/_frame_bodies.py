@@ -8,7 +8,7 @@ splitting it changes nothing for EpTO).
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from ._ball import CheckedBall
 from ._errors import LocalProtocolError, RemoteProtocolError
@@ -122,6 +122,88 @@ def decode_ball(reader: Reader, limits: Limits) -> dict[EventId, tuple[Event, in
         raise RemoteProtocolError("an event id twice in one ball", fault="duplicate")
     reader.pos = pos
     return out
+
+
+HeldLookup = Callable[[EventId], Event | None]
+"""The event a receiver already holds under an id, or None (for example
+``epto.Process.held_event``)."""
+
+
+def decode_ball_held(
+    reader: Reader, limits: Limits, held: HeldLookup
+) -> tuple[CheckedBall, CheckedBall, CheckedBall]:
+    """A ball decoded like :func:`decode_ball`, reusing the events ``held`` knows.
+
+    Returns ``(fresh, reused, conflicting)``, three disjoint balls:
+
+    * ``fresh``: copies of ids ``held`` does not know, decoded in full (these,
+      and only these, still need a signature check in a signed group);
+    * ``reused``: copies whose content (ts, payload, signature) equals the
+      held event's: the entry is ``(held event, ttl of the copy)`` and no
+      ``Event`` is built, no payload copied;
+    * ``conflicting``: copies of a held id with another content, decoded in
+      full. The receiver holds an event under that id already and keeps it
+      (the held one wins); these are for counting, never for ordering.
+
+    Every bound is checked on every entry before ``held`` is asked, exactly as
+    :func:`decode_ball` checks them, with the same faults; an id twice in one
+    frame is ``fault="duplicate"`` whichever of the three it falls in.
+    """
+    n = reader.count(2, limits.max_events_per_ball, EVENT_FIXED_SIZE, "events")
+    data = reader._data
+    pos = reader.pos
+    end = reader._end
+    max_payload = limits.max_payload_size
+    unpack = _ENTRY.unpack_from
+    startswith = data.startswith
+    fresh = CheckedBall()
+    reused = CheckedBall()
+    conflicting = CheckedBall()
+    for _ in range(n):
+        if end - pos < EVENT_FIXED_SIZE:
+            raise RemoteProtocolError("ball ends inside an event", fault="truncated")
+        source, seq, ts, ttl, siglen, plen = unpack(data, pos)
+        start = pos + EVENT_FIXED_SIZE + siglen
+        pos = start + plen
+        if pos > end or plen > max_payload or (siglen and siglen != SIGNATURE_SIZE):
+            _diagnose(siglen, plen, max_payload)
+            raise RemoteProtocolError("ball ends inside a payload", fault="truncated")
+        eid = (source, seq)
+        event = held(eid)
+        if event is not None:
+            # Compared in place (bytes.startswith at an offset copies nothing).
+            payload = event.payload
+            signature = event.signature
+            if (
+                event.ts == ts
+                and len(payload) == plen
+                and len(signature) == siglen
+                and startswith(payload, start)
+                and (not siglen or startswith(signature, start - siglen))
+            ):
+                reused[eid] = (event, ttl)
+                continue
+            out = conflicting
+        else:
+            out = fresh
+        out[eid] = (
+            Event(
+                source=source,
+                seq=seq,
+                ts=ts,
+                payload=data[start:pos],
+                signature=data[start - siglen : start] if siglen else b"",
+            ),
+            ttl,
+        )
+    # An id lands in one ball per content, so a repeated id shrinks the sum,
+    # except one copy equal to the held event and one not (checked apart).
+    if len(fresh) + len(reused) + len(conflicting) != n or (
+        conflicting and not reused.keys().isdisjoint(conflicting)
+    ):
+        raise RemoteProtocolError("an event id twice in one ball", fault="duplicate")
+    reader.pos = pos
+    return fresh, reused, conflicting
 
 
 def _diagnose(siglen: int, plen: int, max_payload: int) -> None:

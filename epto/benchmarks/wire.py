@@ -149,6 +149,84 @@ def bench_codec(args: argparse.Namespace) -> None:
                     )
 
 
+def _signed_ball(n: int, payload: int, rng: random.Random) -> tuple[dict[Any, Any], Any]:
+    """A ball of ``n`` events of four sources, validly signed, and a verifier
+    that has verified every one of them (its later checks are cache hits)."""
+    from .._signing import EventSigner, SignatureVerifier
+
+    signers = [EventSigner(pid, bytes([pid + 1]) * 32) for pid in range(4)]
+    verifier = SignatureVerifier({s.source: s.public_key for s in signers})
+    ball = {}
+    for i in range(n):
+        signer = signers[i % 4]
+        event = signer.sign(
+            Event(source=signer.source, seq=i, ts=10**9 + i, payload=rng.randbytes(payload))
+        )
+        ball[event.id] = (event, rng.randrange(20))
+        verifier.check(event)
+    return ball, verifier
+
+
+def bench_held(args: argparse.Namespace) -> None:
+    """Decoding a copy of an event the receiver holds (``decode(held=)``)
+    against decoding it in full, per event copy."""
+    rng = random.Random(3)
+    frame_size = args.frame_sizes[0]
+    limits = Limits.for_frame_size(frame_size, max_payload_size=max(args.payload, 1))
+    print(f"== receive path per event copy, {frame_size}-byte frames (decode, and verify if signed)")
+    print(
+        f"{'sealed':>6} {'signed':>6} {'events':>6} {'full µs':>8} {'fresh µs':>8} "
+        f"{'held µs':>8}   (full: decode(data); fresh: held= knows none; held: knows all)"
+    )
+    for sealed in (False, True):
+        for signed in (False, True):
+            for n in args.events:
+                if signed:
+                    try:
+                        ball, verifier = _signed_ball(n, args.payload, rng)
+                    except ImportError:
+                        continue
+                    ball_filter = verifier.filter_ball
+                else:
+                    ball, ball_filter = _ball(n, args.payload, False, rng), None
+                tx, rx, rx_sealer = _codecs(limits, sealed)
+                rx.ball_filter = ball_filter
+                batches = [tx.encode(1, ball) for _ in range(500 if sealed else 1)]
+                events = {eid: event for eid, (event, _ttl) in ball.items()}
+                figures = []
+                for held in (None, {}.get, events.get):
+                    figures.append(_time_frames(rx, rx_sealer, batches, held, args.seconds) / n)
+                full, fresh, known = figures
+                print(
+                    f"{sealed!s:>6} {signed!s:>6} {n:>6} {full * 1e6:>8.2f} {fresh * 1e6:>8.2f} "
+                    f"{known * 1e6:>8.2f}"
+                )
+
+
+def _time_frames(
+    rx: FrameCodec, rx_sealer: Any, batches: list[list[bytes]], held: Any, seconds: float
+) -> float:
+    """Seconds to decode one batch of frames (a ball) with ``held``."""
+    from .._replay import ReplayWindow
+
+    if rx_sealer is not None:
+        rx_sealer.replay = ReplayWindow()
+    state = {"i": 0}
+    decode = partial(rx.decode, held=held)
+
+    def dec() -> None:
+        i = state["i"]
+        if i == len(batches):
+            i = 0
+            if rx_sealer is not None:
+                rx_sealer.replay = ReplayWindow()
+        state["i"] = i + 1
+        for f in batches[i]:
+            decode(f)
+
+    return _per_call(dec, seconds)
+
+
 def bench_seal(args: argparse.Namespace) -> None:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 
@@ -294,6 +372,7 @@ def bench_msgpack(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     bench_codec(args)
+    bench_held(args)
     try:
         bench_seal(args)
         bench_signatures(args)
