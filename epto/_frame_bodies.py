@@ -8,9 +8,10 @@ splitting it changes nothing for EpTO).
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from itertools import chain, repeat
 
-from ._ball import CheckedBall
+from ._ball import CheckedBall, LayeredBall
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._event import Event, EventId
 from ._frames import FrameKind, FrameRegistry, Reader
@@ -48,6 +49,16 @@ def _entry_head(event: Event, ttl: int, limits: Limits) -> bytes:
         raise LocalProtocolError(f"event {event.id} or ttl {ttl} out of range: {exc}") from None
 
 
+def _copies(ball: Mapping[EventId, tuple[Event, int]]) -> Iterable[tuple[Event, int]]:
+    """``ball.values()``; for a layered ball (what a process hands out) the same
+    pairs in the same order, built by C iterators instead of a generator."""
+    if type(ball) is LayeredBall:
+        return chain.from_iterable(
+            zip(layer.values(), repeat(ttl)) for ttl, layer in ball.layers.items()
+        )
+    return ball.values()
+
+
 def split_ball(
     ball: Mapping[EventId, tuple[Event, int]], limits: Limits, budget: int
 ) -> list[bytes]:
@@ -58,9 +69,22 @@ def split_ball(
     count = 0
     size = _COUNT.size
     max_events = limits.max_events_per_ball
-    for event, ttl in ball.values():
-        head = _entry_head(event, ttl, limits)
-        entry_size = EVENT_FIXED_SIZE + len(event.signature) + len(event.payload)
+    max_payload = limits.max_payload_size
+    pack = _ENTRY.pack
+    for event, ttl in _copies(ball):
+        payload = event.payload
+        signature = event.signature
+        plen = len(payload)
+        siglen = len(signature)
+        # _entry_head's checks, inline (this loop runs for every copy sent);
+        # it raises the precise error when one fails.
+        if plen > max_payload or (siglen and siglen != SIGNATURE_SIZE):
+            _entry_head(event, ttl, limits)
+        try:
+            head = pack(event.source, event.seq, event.ts, ttl, siglen, plen)
+        except struct.error:
+            head = _entry_head(event, ttl, limits)
+        entry_size = EVENT_FIXED_SIZE + siglen + plen
         if size + entry_size > budget or count == max_events:
             if count == 0:
                 raise LocalProtocolError(f"event {event.id} of {entry_size} bytes fits no frame")
@@ -71,7 +95,7 @@ def split_ball(
             size = _COUNT.size
             if size + entry_size > budget:
                 raise LocalProtocolError(f"event {event.id} of {entry_size} bytes fits no frame")
-        parts += (head, event.signature, event.payload)
+        parts += (head, signature, payload)
         count += 1
         size += entry_size
     if count or not bodies:

@@ -173,7 +173,9 @@ def bench_held(args: argparse.Namespace) -> None:
     rng = random.Random(3)
     frame_size = args.frame_sizes[0]
     limits = Limits.for_frame_size(frame_size, max_payload_size=max(args.payload, 1))
-    print(f"== receive path per event copy, {frame_size}-byte frames (decode, and verify if signed)")
+    print(
+        f"== receive path per event copy, {frame_size}-byte frames (decode, and verify if signed)"
+    )
     print(
         f"{'sealed':>6} {'signed':>6} {'events':>6} {'full µs':>8} {'fresh µs':>8} "
         f"{'held µs':>8}   (full: decode(data); fresh: held= knows none; held: knows all)"
@@ -194,7 +196,9 @@ def bench_held(args: argparse.Namespace) -> None:
                 batches = [tx.encode(1, ball) for _ in range(500 if sealed else 1)]
                 events = {eid: event for eid, (event, _ttl) in ball.items()}
                 figures = []
-                for held in (None, {}.get, events.get):
+                nothing: dict[Any, Any] = {}
+                lookups: tuple[Any, ...] = (None, nothing.get, events.get)
+                for held in lookups:
                     figures.append(_time_frames(rx, rx_sealer, batches, held, args.seconds) / n)
                 full, fresh, known = figures
                 print(
