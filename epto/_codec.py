@@ -23,7 +23,15 @@ from ._frame_bodies import (
     default_registry,
     split_ball,
 )
-from ._frames import Frame, FrameRegistry, Header, Reader, pack_header, unpack_header
+from ._frames import (
+    FLAG_SEALED,
+    Frame,
+    FrameRegistry,
+    Header,
+    Reader,
+    pack_header,
+    unpack_header_fields,
+)
 from ._limits import HEADER_SIZE, SEAL_OVERHEAD, Limits
 
 
@@ -152,6 +160,24 @@ class FrameCodec:
         counts it as it would), so a peer cannot replace an event the receiver
         holds. Every bound is checked on every entry, as without ``held``.
         """
+        kind, sender, group, message = self._decode(data, now, held)
+        return Frame(kind=kind, sender=sender, group=group, message=message)
+
+    def decode_message(
+        self,
+        data: bytes | bytearray | memoryview,
+        now: float = 0.0,
+        *,
+        held: HeldLookup | None = None,
+    ) -> tuple[ProcessId, Any]:
+        """``(sender, message)`` of one frame, decoded as :meth:`decode` does
+        without building a :class:`Frame` (a driver's per-datagram path)."""
+        _kind, sender, _group, message = self._decode(data, now, held)
+        return sender, message
+
+    def _decode(
+        self, data: bytes | bytearray | memoryview, now: float, held: HeldLookup | None
+    ) -> tuple[int, ProcessId, int, Any]:
         if len(data) > self.limits.max_frame_size:
             raise RemoteProtocolError(
                 f"frame of {len(data)} bytes exceeds {self.limits.max_frame_size}",
@@ -159,27 +185,30 @@ class FrameCodec:
             )
         if not isinstance(data, bytes):
             data = bytes(data)
-        header = unpack_header(data)
-        if header.group != self.group:
-            raise RemoteProtocolError(f"frame of group {header.group}", fault="wrong-group")
-        kind = self.registry.by_code(header.kind)
-        if header.sealed:
+        code, flags, key_id, sender, group = unpack_header_fields(data)
+        if group != self.group:
+            raise RemoteProtocolError(f"frame of group {group}", fault="wrong-group")
+        kind = self.registry.by_code(code)
+        if flags & FLAG_SEALED:
             if self.sealer is None:
                 raise RemoteProtocolError("sealed frame, no group key", fault="unexpected-seal")
-            body = self.sealer.open(header, data, now, self.me)
-            reader = Reader(body)
+            header = Header(kind=code, sender=sender, group=group, flags=flags, key_id=key_id)
+            reader = Reader(self.sealer.open(header, data, now, self.me))
         elif self.sealer is not None:
             raise RemoteProtocolError("unsealed frame in a sealed group", fault="unsealed")
         else:
             reader = Reader(data, HEADER_SIZE)
-        if held is not None and kind.code == KIND_BALL:
+        if code != KIND_BALL:
+            message = kind.decode(reader, self.limits)
+            reader.finish()
+        elif held is not None:
             message = self._decode_ball_held(reader, held, now)
         else:
             message = kind.decode(reader, self.limits)
             reader.finish()
-            if kind.code == KIND_BALL and self.ball_filter is not None:
+            if self.ball_filter is not None:
                 message = self.ball_filter(message, now)
-        return Frame(kind=kind.code, sender=header.sender, group=header.group, message=message)
+        return code, sender, group, message
 
     def _decode_ball_held(
         self, reader: Reader, held: HeldLookup, now: float

@@ -168,13 +168,13 @@ class EptoEndpoint:
     def receive(self, data: bytes, now: float, *, peer_host: str | None = None) -> bool:
         try:
             # Balls verified by the codec's filter, copies of held events reused.
-            frame = self._codec.decode(data, now, held=self._held_event)
+            sender, message = self._codec.decode_message(data, now, held=self._held_event)
         except RemoteProtocolError as err:
             self.reject(err.fault)
             return False
         # The node counts what it refuses (statistics merge its counters).
         with contextlib.suppress(RemoteProtocolError):
-            self._node.receive(frame.sender, frame.message, now)
+            self._node.receive(sender, message, now)
         return True
 
     def reject(self, fault: str) -> None:
