@@ -40,6 +40,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seconds", type=float, default=0.3, help="time per measurement")
     parser.add_argument(
+        "--gossip",
+        type=non_negative_int,
+        default=0,
+        metavar="COMMANDS",
+        help="also run three EpTO endpoints in one process, COMMANDS broadcasts each, "
+        "and print the CPU of receiving, sending, rounds and deliveries",
+    )
+    parser.add_argument(
         "--compare-msgpack",
         action="store_true",
         help="also time an equivalent msgpack codec (needs msgpack)",
@@ -231,6 +239,63 @@ def _time_frames(
     return _per_call(dec, seconds)
 
 
+def _gossip_once(commands: int) -> dict[str, float]:
+    """Three EpTO endpoints (fanout 2, TTL 5, global clock, 20 ms rounds, out
+    of phase by 1 ms), ``commands`` 4-byte broadcasts each at once, frames
+    handed over by hand in virtual time until every endpoint delivered all:
+    the CPU seconds of each kind of step, summed over the three."""
+    from .._config import Config
+    from ..endpoint import EptoEndpoint, NodeConfig
+
+    members = {pid: f"127.0.0.1:{9000 + pid}" for pid in (1, 2, 3)}
+    protocol = Config.for_group(3, clock="global", round_interval=0.02)
+    nodes = {
+        pid: EptoEndpoint(
+            NodeConfig(pid=pid, bind=members[pid], members=members, epto=protocol, seed=pid),
+            1000.0,
+            rng=random.Random(pid),
+        )
+        for pid in members
+    }
+    now = 1000.0
+    for node in nodes.values():
+        for _ in range(commands):
+            node.broadcast(b"incr", now)
+    cpu = dict.fromkeys(("receive", "send", "round", "deliver"), 0.0)
+    delivered = dict.fromkeys(nodes, 0)
+    clock = time.process_time
+    for _ in range(200):
+        if min(delivered.values()) == 3 * commands:
+            break
+        now += 0.02
+        for pid, node in nodes.items():
+            start = clock()
+            node.handle_timer(now + pid * 0.001)
+            sent = clock()
+            transmits = node.datagrams_to_send(now)
+            received = clock()
+            for transmit in transmits:
+                nodes[transmit.dest].receive(transmit.data, now)
+            done = clock()
+            for other, endpoint in nodes.items():
+                while endpoint.next_delivery() is not None:
+                    delivered[other] += 1
+            cpu["round"] += sent - start
+            cpu["send"] += received - sent
+            cpu["receive"] += done - received
+            cpu["deliver"] += clock() - done
+    return cpu
+
+
+def bench_gossip(args: argparse.Namespace) -> None:
+    runs = [_gossip_once(args.gossip) for _ in range(5)]
+    print(f"== three EpTO endpoints in one process, {args.gossip} broadcasts each (min of 5)")
+    print(
+        "  ".join(f"{key} {min(run[key] for run in runs):.3f} s" for key in runs[0])
+        + f"  total {min(sum(run.values()) for run in runs):.3f} s"
+    )
+
+
 def bench_seal(args: argparse.Namespace) -> None:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 
@@ -377,6 +442,8 @@ def bench_msgpack(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     bench_codec(args)
     bench_held(args)
+    if args.gossip:
+        bench_gossip(args)
     try:
         bench_seal(args)
         bench_signatures(args)
