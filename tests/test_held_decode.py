@@ -272,6 +272,46 @@ def test_a_tampered_duplicate_does_not_change_what_is_delivered(use_held: bool) 
         assert delivered[2] == [b"forged"]
 
 
+def run_honest(use_held: bool, loss: float) -> tuple[dict[int, list[Event]], int]:
+    """Three processes, 30 broadcasts each over 5 rounds, frames lost at
+    random (the same ones whatever ``use_held``): every delivery, and the
+    copies reused."""
+    processes = {
+        pid: epto.Process(pid, PROTOCOL, peers=Others(pid), rng=random.Random(pid), now=0.0)
+        for pid in PIDS
+    }
+    codecs = {pid: FrameCodec(group=GROUP, me=pid) for pid in PIDS}
+    lose = random.Random(7)
+    delivered: dict[int, list[Event]] = {pid: [] for pid in PIDS}
+    for r in range(20):
+        now = 0.01 * (r + 1)
+        if r < 5:
+            for pid, process in processes.items():
+                for k in range(6):
+                    process.broadcast(b"%d-%d-%d" % (pid, r, k), now)
+        for process in processes.values():
+            process.handle_timer(now)
+        for sender, process in processes.items():
+            for dest, ball in process.messages_to_send():
+                for data in codecs[sender].encode(sender, ball):
+                    if lose.random() < loss:
+                        continue
+                    target = processes[dest]
+                    held = target.held_event if use_held else None
+                    target.receive(sender, codecs[dest].decode(data, now, held=held).message, now)
+        for pid, process in processes.items():
+            delivered[pid] += [d.event for d in process.deliveries()]
+    return delivered, sum(codec.copies_reused for codec in codecs.values())
+
+
+@pytest.mark.parametrize("loss", [0.0, 0.3])
+def test_in_an_honest_run_held_decoding_changes_no_delivery(loss: float) -> None:
+    with_held, reused = run_honest(True, loss)
+    without, none = run_honest(False, loss)
+    assert with_held == without
+    assert len(with_held[1]) > 0 and reused > len(with_held[1]) and none == 0
+
+
 def test_the_endpoint_drops_a_tampered_duplicate_and_counts_it() -> None:
     members = {pid: f"10.0.0.{pid}:9000" for pid in PIDS}
     address = {a: pid for pid, a in members.items()}
