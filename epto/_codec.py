@@ -16,8 +16,22 @@ from typing import Any, Protocol
 
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._event import Event, EventId, ProcessId
-from ._frame_bodies import KIND_BALL, default_registry, split_ball
-from ._frames import Frame, FrameRegistry, Header, Reader, pack_header, unpack_header
+from ._frame_bodies import (
+    KIND_BALL,
+    HeldLookup,
+    decode_ball_held,
+    default_registry,
+    split_ball,
+)
+from ._frames import (
+    FLAG_SEALED,
+    Frame,
+    FrameRegistry,
+    Header,
+    Reader,
+    pack_header,
+    unpack_header_fields,
+)
 from ._limits import HEADER_SIZE, SEAL_OVERHEAD, Limits
 
 
@@ -80,6 +94,11 @@ class FrameCodec:
         """Rejected frames by fault; the application reads it, may reset it."""
         self.accepted: Counter[str] = Counter()
         """Accepted frames by kind name."""
+        self.copies_reused = 0
+        """Ball entries handed over as the receiver's held event (``decode(held=)``)."""
+        self.copies_conflicting = 0
+        """Ball entries dropped because the receiver holds another content
+        under their id (``decode(held=)``; the held event wins)."""
 
     # -- sending ------------------------------------------------------------
 
@@ -122,8 +141,43 @@ class FrameCodec:
 
     # -- receiving ----------------------------------------------------------
 
-    def decode(self, data: bytes | bytearray | memoryview, now: float = 0.0) -> Frame:
-        """Decode one frame or raise :class:`RemoteProtocolError`; counts nothing."""
+    def decode(
+        self,
+        data: bytes | bytearray | memoryview,
+        now: float = 0.0,
+        *,
+        held: HeldLookup | None = None,
+    ) -> Frame:
+        """Decode one frame or raise :class:`RemoteProtocolError`; counts no frame.
+
+        ``held`` (for example ``epto.Process.held_event``) names the events the
+        receiver already holds. A ball entry whose id it knows and whose
+        content equals the held event's comes back as that very object: no
+        ``Event`` is built, no payload copied, no signature checked again (the
+        held event was checked when it arrived). An entry of a held id with
+        another content is dropped from the ball, counted in
+        :attr:`copies_conflicting` (and shown to the ``ball_filter``, which
+        counts it as it would), so a peer cannot replace an event the receiver
+        holds. Every bound is checked on every entry, as without ``held``.
+        """
+        kind, sender, group, message = self._decode(data, now, held)
+        return Frame(kind=kind, sender=sender, group=group, message=message)
+
+    def decode_message(
+        self,
+        data: bytes | bytearray | memoryview,
+        now: float = 0.0,
+        *,
+        held: HeldLookup | None = None,
+    ) -> tuple[ProcessId, Any]:
+        """``(sender, message)`` of one frame, decoded as :meth:`decode` does
+        without building a :class:`Frame` (a driver's per-datagram path)."""
+        _kind, sender, _group, message = self._decode(data, now, held)
+        return sender, message
+
+    def _decode(
+        self, data: bytes | bytearray | memoryview, now: float, held: HeldLookup | None
+    ) -> tuple[int, ProcessId, int, Any]:
         if len(data) > self.limits.max_frame_size:
             raise RemoteProtocolError(
                 f"frame of {len(data)} bytes exceeds {self.limits.max_frame_size}",
@@ -131,29 +185,64 @@ class FrameCodec:
             )
         if not isinstance(data, bytes):
             data = bytes(data)
-        header = unpack_header(data)
-        if header.group != self.group:
-            raise RemoteProtocolError(f"frame of group {header.group}", fault="wrong-group")
-        kind = self.registry.by_code(header.kind)
-        if header.sealed:
+        code, flags, key_id, sender, group = unpack_header_fields(data)
+        if group != self.group:
+            raise RemoteProtocolError(f"frame of group {group}", fault="wrong-group")
+        kind = self.registry.by_code(code)
+        if flags & FLAG_SEALED:
             if self.sealer is None:
                 raise RemoteProtocolError("sealed frame, no group key", fault="unexpected-seal")
-            body = self.sealer.open(header, data, now, self.me)
-            reader = Reader(body)
+            header = Header(kind=code, sender=sender, group=group, flags=flags, key_id=key_id)
+            reader = Reader(self.sealer.open(header, data, now, self.me))
         elif self.sealer is not None:
             raise RemoteProtocolError("unsealed frame in a sealed group", fault="unsealed")
         else:
             reader = Reader(data, HEADER_SIZE)
-        message = kind.decode(reader, self.limits)
-        reader.finish()
-        if kind.code == KIND_BALL and self.ball_filter is not None:
-            message = self.ball_filter(message, now)
-        return Frame(kind=kind.code, sender=header.sender, group=header.group, message=message)
+        if code != KIND_BALL:
+            message = kind.decode(reader, self.limits)
+            reader.finish()
+        elif held is not None:
+            message = self._decode_ball_held(reader, held, now)
+        else:
+            message = kind.decode(reader, self.limits)
+            reader.finish()
+            if self.ball_filter is not None:
+                message = self.ball_filter(message, now)
+        return code, sender, group, message
 
-    def receive(self, data: bytes | bytearray | memoryview, now: float = 0.0) -> Frame | None:
-        """Decode one frame; on bad input count the fault and return ``None``."""
+    def _decode_ball_held(
+        self, reader: Reader, held: HeldLookup, now: float
+    ) -> dict[EventId, tuple[Event, int]]:
+        fresh, reused, conflicting = decode_ball_held(reader, self.limits, held)
+        reader.finish()
+        ball_filter = self.ball_filter
+        if conflicting:
+            self.copies_conflicting += len(conflicting)
+            if ball_filter is not None:
+                # Counted by the filter (a verifier: altered, equivocation);
+                # dropped whatever it says.
+                ball_filter(conflicting, now)
+        # Only fresh copies are checked: a held event passed the filter when
+        # it arrived (or is the receiver's own).
+        checked = ball_filter(fresh, now) if fresh and ball_filter is not None else fresh
+        if not reused:
+            return checked
+        self.copies_reused += len(reused)
+        if checked:
+            reused.update(checked)  # disjoint ids; every value was checked
+        return reused
+
+    def receive(
+        self,
+        data: bytes | bytearray | memoryview,
+        now: float = 0.0,
+        *,
+        held: HeldLookup | None = None,
+    ) -> Frame | None:
+        """Decode one frame (``held`` as in :meth:`decode`); on bad input count
+        the fault and return ``None``."""
         try:
-            frame = self.decode(data, now)
+            frame = self.decode(data, now, held=held)
         except RemoteProtocolError as exc:
             self.rejected[exc.fault] += 1
             return None

@@ -8,9 +8,10 @@ splitting it changes nothing for EpTO).
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from itertools import chain, repeat
 
-from ._ball import CheckedBall
+from ._ball import CheckedBall, LayeredBall
 from ._errors import LocalProtocolError, RemoteProtocolError
 from ._event import Event, EventId
 from ._frames import FrameKind, FrameRegistry, Reader
@@ -48,6 +49,16 @@ def _entry_head(event: Event, ttl: int, limits: Limits) -> bytes:
         raise LocalProtocolError(f"event {event.id} or ttl {ttl} out of range: {exc}") from None
 
 
+def _copies(ball: Mapping[EventId, tuple[Event, int]]) -> Iterable[tuple[Event, int]]:
+    """``ball.values()``; for a layered ball (what a process hands out) the same
+    pairs in the same order, built by C iterators instead of a generator."""
+    if type(ball) is LayeredBall:
+        return chain.from_iterable(
+            zip(layer.values(), repeat(ttl)) for ttl, layer in ball.layers.items()
+        )
+    return ball.values()
+
+
 def split_ball(
     ball: Mapping[EventId, tuple[Event, int]], limits: Limits, budget: int
 ) -> list[bytes]:
@@ -58,9 +69,22 @@ def split_ball(
     count = 0
     size = _COUNT.size
     max_events = limits.max_events_per_ball
-    for event, ttl in ball.values():
-        head = _entry_head(event, ttl, limits)
-        entry_size = EVENT_FIXED_SIZE + len(event.signature) + len(event.payload)
+    max_payload = limits.max_payload_size
+    pack = _ENTRY.pack
+    for event, ttl in _copies(ball):
+        payload = event.payload
+        signature = event.signature
+        plen = len(payload)
+        siglen = len(signature)
+        # _entry_head's checks, inline (this loop runs for every copy sent);
+        # it raises the precise error when one fails.
+        if plen > max_payload or (siglen and siglen != SIGNATURE_SIZE):
+            _entry_head(event, ttl, limits)
+        try:
+            head = pack(event.source, event.seq, event.ts, ttl, siglen, plen)
+        except struct.error:
+            head = _entry_head(event, ttl, limits)
+        entry_size = EVENT_FIXED_SIZE + siglen + plen
         if size + entry_size > budget or count == max_events:
             if count == 0:
                 raise LocalProtocolError(f"event {event.id} of {entry_size} bytes fits no frame")
@@ -71,7 +95,7 @@ def split_ball(
             size = _COUNT.size
             if size + entry_size > budget:
                 raise LocalProtocolError(f"event {event.id} of {entry_size} bytes fits no frame")
-        parts += (head, event.signature, event.payload)
+        parts += (head, signature, payload)
         count += 1
         size += entry_size
     if count or not bodies:
@@ -122,6 +146,88 @@ def decode_ball(reader: Reader, limits: Limits) -> dict[EventId, tuple[Event, in
         raise RemoteProtocolError("an event id twice in one ball", fault="duplicate")
     reader.pos = pos
     return out
+
+
+HeldLookup = Callable[[EventId], Event | None]
+"""The event a receiver already holds under an id, or None (for example
+``epto.Process.held_event``)."""
+
+
+def decode_ball_held(
+    reader: Reader, limits: Limits, held: HeldLookup
+) -> tuple[CheckedBall, CheckedBall, CheckedBall]:
+    """A ball decoded like :func:`decode_ball`, reusing the events ``held`` knows.
+
+    Returns ``(fresh, reused, conflicting)``, three disjoint balls:
+
+    * ``fresh``: copies of ids ``held`` does not know, decoded in full (these,
+      and only these, still need a signature check in a signed group);
+    * ``reused``: copies whose content (ts, payload, signature) equals the
+      held event's: the entry is ``(held event, ttl of the copy)`` and no
+      ``Event`` is built, no payload copied;
+    * ``conflicting``: copies of a held id with another content, decoded in
+      full. The receiver holds an event under that id already and keeps it
+      (the held one wins); these are for counting, never for ordering.
+
+    Every bound is checked on every entry before ``held`` is asked, exactly as
+    :func:`decode_ball` checks them, with the same faults; an id twice in one
+    frame is ``fault="duplicate"`` whichever of the three it falls in.
+    """
+    n = reader.count(2, limits.max_events_per_ball, EVENT_FIXED_SIZE, "events")
+    data = reader._data
+    pos = reader.pos
+    end = reader._end
+    max_payload = limits.max_payload_size
+    unpack = _ENTRY.unpack_from
+    startswith = data.startswith
+    fresh = CheckedBall()
+    reused = CheckedBall()
+    conflicting = CheckedBall()
+    for _ in range(n):
+        if end - pos < EVENT_FIXED_SIZE:
+            raise RemoteProtocolError("ball ends inside an event", fault="truncated")
+        source, seq, ts, ttl, siglen, plen = unpack(data, pos)
+        start = pos + EVENT_FIXED_SIZE + siglen
+        pos = start + plen
+        if pos > end or plen > max_payload or (siglen and siglen != SIGNATURE_SIZE):
+            _diagnose(siglen, plen, max_payload)
+            raise RemoteProtocolError("ball ends inside a payload", fault="truncated")
+        eid = (source, seq)
+        event = held(eid)
+        if event is not None:
+            # Compared in place (bytes.startswith at an offset copies nothing).
+            payload = event.payload
+            signature = event.signature
+            if (
+                event.ts == ts
+                and len(payload) == plen
+                and len(signature) == siglen
+                and startswith(payload, start)
+                and (not siglen or startswith(signature, start - siglen))
+            ):
+                reused[eid] = (event, ttl)
+                continue
+            out = conflicting
+        else:
+            out = fresh
+        out[eid] = (
+            Event(
+                source=source,
+                seq=seq,
+                ts=ts,
+                payload=data[start:pos],
+                signature=data[start - siglen : start] if siglen else b"",
+            ),
+            ttl,
+        )
+    # An id lands in one ball per content, so a repeated id shrinks the sum,
+    # except one copy equal to the held event and one not (checked apart).
+    if len(fresh) + len(reused) + len(conflicting) != n or (
+        conflicting and not reused.keys().isdisjoint(conflicting)
+    ):
+        raise RemoteProtocolError("an event id twice in one ball", fault="duplicate")
+    reader.pos = pos
+    return fresh, reused, conflicting
 
 
 def _diagnose(siglen: int, plen: int, max_payload: int) -> None:

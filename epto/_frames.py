@@ -76,6 +76,14 @@ def pack_header(
 
 def unpack_header(data: bytes) -> Header:
     """Parse and check the header at the start of ``data``."""
+    kind, flags, key_id, sender, group = unpack_header_fields(data)
+    return Header(kind=kind, sender=sender, group=group, flags=flags, key_id=key_id)
+
+
+def unpack_header_fields(data: bytes) -> tuple[int, int, int, ProcessId, int]:
+    """``(kind, flags, key id, sender, group)`` of the header at the start of
+    ``data``, checked as :func:`unpack_header` checks it, without building a
+    :class:`Header` (a decoder's per-frame path)."""
     if len(data) < HEADER_SIZE:
         raise RemoteProtocolError(
             f"frame of {len(data)} bytes is shorter than a header", fault="truncated"
@@ -89,7 +97,7 @@ def unpack_header(data: bytes) -> Header:
         raise RemoteProtocolError("reserved header bits set", fault="bad-header")
     if not flags & FLAG_SEALED and (key_id or flags & FLAG_BOUND):
         raise RemoteProtocolError("key id or binding on an unsealed frame", fault="bad-header")
-    return Header(kind=kind, sender=sender, group=group, flags=flags, key_id=key_id)
+    return kind, flags, key_id, sender, group
 
 
 class Reader:

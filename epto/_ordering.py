@@ -380,3 +380,8 @@ class Ordering:
             if seqs.add(event.source, event.seq):
                 self.delivered_out_of_order += 1
                 self._emit(Delivery(event=event, tag=DeliveryTag.OUT_OF_ORDER))
+
+    def held_event(self, eid: EventId) -> Event | None:
+        """The event received under ``eid`` and not delivered yet, or None."""
+        entry = self._received.get(eid)
+        return None if entry is None else entry[0]

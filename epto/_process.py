@@ -423,6 +423,22 @@ class Process:
             ball = _EMPTY_BALL
         self._ordering.order(ball)
 
+    # -- held events (a cheap query for decoders) ---------------------------
+
+    def held_event(self, eid: EventId) -> Event | None:
+        """The event this process holds under ``eid``: received or broadcast
+        and not yet delivered (in the ordering component or the next ball),
+        or None. A decoder may hand a later copy of ``eid`` back as this very
+        object instead of building a new one (``FrameCodec.decode(held=)``).
+        None only means "not known here": decoding in full is never wrong."""
+        entry = self._loose.get(eid)
+        if entry is not None:
+            return entry[0]
+        event = self._own.get(eid)
+        if event is not None:
+            return event
+        return self._ordering.held_event(eid)
+
 
 def _layered_in_bounds(ball: LayeredBall, ceiling: int) -> bool:
     """Whether a layered ball can be taken whole: its timestamps and ttls are in

@@ -1,4 +1,10 @@
-"""Wire: frames encoded and decoded per second, overhead per event, sealing and signature costs."""
+"""Wire: frames encoded and decoded per second, overhead per event, sealing and signature costs.
+
+Size: the six measurements of ``epto bench wire`` (codec, copies of held
+events, the gossip workload of three endpoints, sealing, signatures,
+msgpack) in about 450 lines; they share the timing helper and the ball
+builders, and each is a few dozen lines.
+"""
 
 # Figures are CPU time per operation of one core (time.process_time).
 
@@ -39,6 +45,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Limits.max_frame_size values",
     )
     parser.add_argument("--seconds", type=float, default=0.3, help="time per measurement")
+    parser.add_argument(
+        "--gossip",
+        type=non_negative_int,
+        default=0,
+        metavar="COMMANDS",
+        help="also run three EpTO endpoints in one process, COMMANDS broadcasts each, "
+        "and print the CPU of receiving, sending, rounds and deliveries",
+    )
     parser.add_argument(
         "--compare-msgpack",
         action="store_true",
@@ -147,6 +161,145 @@ def bench_codec(args: argparse.Namespace) -> None:
                         f"{enc * 1e6:>11.1f} {decode * 1e6:>11.1f} {len(frames) / decode:>12.0f} "
                         f"{total / decode / 1e6:>8.1f} {overhead:>11.1f}"
                     )
+
+
+def _signed_ball(n: int, payload: int, rng: random.Random) -> tuple[dict[Any, Any], Any]:
+    """A ball of ``n`` events of four sources, validly signed, and a verifier
+    that has verified every one of them (its later checks are cache hits)."""
+    from .._signing import EventSigner, SignatureVerifier
+
+    signers = [EventSigner(pid, bytes([pid + 1]) * 32) for pid in range(4)]
+    verifier = SignatureVerifier({s.source: s.public_key for s in signers})
+    ball = {}
+    for i in range(n):
+        signer = signers[i % 4]
+        event = signer.sign(
+            Event(source=signer.source, seq=i, ts=10**9 + i, payload=rng.randbytes(payload))
+        )
+        ball[event.id] = (event, rng.randrange(20))
+        verifier.check(event)
+    return ball, verifier
+
+
+def bench_held(args: argparse.Namespace) -> None:
+    """Decoding a copy of an event the receiver holds (``decode(held=)``)
+    against decoding it in full, per event copy."""
+    rng = random.Random(3)
+    frame_size = args.frame_sizes[0]
+    limits = Limits.for_frame_size(frame_size, max_payload_size=max(args.payload, 1))
+    print(
+        f"== receive path per event copy, {frame_size}-byte frames (decode, and verify if signed)"
+    )
+    print(
+        f"{'sealed':>6} {'signed':>6} {'events':>6} {'full µs':>8} {'fresh µs':>8} "
+        f"{'held µs':>8}   (full: decode(data); fresh: held= knows none; held: knows all)"
+    )
+    for sealed in (False, True):
+        for signed in (False, True):
+            for n in args.events:
+                if signed:
+                    try:
+                        ball, verifier = _signed_ball(n, args.payload, rng)
+                    except ImportError:
+                        continue
+                    ball_filter = verifier.filter_ball
+                else:
+                    ball, ball_filter = _ball(n, args.payload, False, rng), None
+                tx, rx, rx_sealer = _codecs(limits, sealed)
+                rx.ball_filter = ball_filter
+                batches = [tx.encode(1, ball) for _ in range(500 if sealed else 1)]
+                events = {eid: event for eid, (event, _ttl) in ball.items()}
+                figures = []
+                nothing: dict[Any, Any] = {}
+                lookups: tuple[Any, ...] = (None, nothing.get, events.get)
+                for held in lookups:
+                    figures.append(_time_frames(rx, rx_sealer, batches, held, args.seconds) / n)
+                full, fresh, known = figures
+                print(
+                    f"{sealed!s:>6} {signed!s:>6} {n:>6} {full * 1e6:>8.2f} {fresh * 1e6:>8.2f} "
+                    f"{known * 1e6:>8.2f}"
+                )
+
+
+def _time_frames(
+    rx: FrameCodec, rx_sealer: Any, batches: list[list[bytes]], held: Any, seconds: float
+) -> float:
+    """Seconds to decode one batch of frames (a ball) with ``held``."""
+    from .._replay import ReplayWindow
+
+    if rx_sealer is not None:
+        rx_sealer.replay = ReplayWindow()
+    state = {"i": 0}
+    decode = partial(rx.decode, held=held)
+
+    def dec() -> None:
+        i = state["i"]
+        if i == len(batches):
+            i = 0
+            if rx_sealer is not None:
+                rx_sealer.replay = ReplayWindow()
+        state["i"] = i + 1
+        for f in batches[i]:
+            decode(f)
+
+    return _per_call(dec, seconds)
+
+
+def _gossip_once(commands: int) -> dict[str, float]:
+    """Three EpTO endpoints (fanout 2, TTL 5, global clock, 20 ms rounds, out
+    of phase by 1 ms), ``commands`` 4-byte broadcasts each at once, frames
+    handed over by hand in virtual time until every endpoint delivered all:
+    the CPU seconds of each kind of step, summed over the three."""
+    from .._config import Config
+    from ..endpoint import EptoEndpoint, NodeConfig
+
+    members = {pid: f"127.0.0.1:{9000 + pid}" for pid in (1, 2, 3)}
+    protocol = Config.for_group(3, clock="global", round_interval=0.02)
+    nodes = {
+        pid: EptoEndpoint(
+            NodeConfig(pid=pid, bind=members[pid], members=members, epto=protocol, seed=pid),
+            1000.0,
+            rng=random.Random(pid),
+        )
+        for pid in members
+    }
+    now = 1000.0
+    for node in nodes.values():
+        for _ in range(commands):
+            node.broadcast(b"incr", now)
+    cpu = dict.fromkeys(("receive", "send", "round", "deliver"), 0.0)
+    delivered = dict.fromkeys(nodes, 0)
+    clock = time.process_time
+    for _ in range(200):
+        if min(delivered.values()) == 3 * commands:
+            break
+        now += 0.02
+        for pid, node in nodes.items():
+            start = clock()
+            node.handle_timer(now + pid * 0.001)
+            sent = clock()
+            transmits = node.datagrams_to_send(now)
+            received = clock()
+            for transmit in transmits:
+                nodes[transmit.dest].receive(transmit.data, now)
+            done = clock()
+            for other, endpoint in nodes.items():
+                while endpoint.next_delivery() is not None:
+                    delivered[other] += 1
+            cpu["round"] += sent - start
+            cpu["send"] += received - sent
+            cpu["receive"] += done - received
+            cpu["deliver"] += clock() - done
+    return cpu
+
+
+def bench_gossip(args: argparse.Namespace) -> None:
+    runs = [_gossip_once(args.gossip) for _ in range(5)]
+    print(f"== three EpTO endpoints in one process, {args.gossip} broadcasts each (min of 5)")
+    print(
+        "  ".join(f"{key} {min(run[key] for run in runs):.3f} s" for key in runs[0])
+        + f"  total {min(sum(run.values()) for run in runs):.3f} s"
+    )
 
 
 def bench_seal(args: argparse.Namespace) -> None:
@@ -294,6 +447,9 @@ def bench_msgpack(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     bench_codec(args)
+    bench_held(args)
+    if args.gossip:
+        bench_gossip(args)
     try:
         bench_seal(args)
         bench_signatures(args)

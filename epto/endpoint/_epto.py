@@ -12,6 +12,10 @@ Rules:
   so a ball sent to K peers is encoded once;
 * a signed group signs this node's events as the process creates them and
   verifies every decoded ball (the codec's ``ball_filter``) before ordering;
+* a copy of an event the process already holds is not decoded again: the
+  codec hands over the held event (``FrameCodec.decode(held=)``), and a copy
+  of a held id with another content is dropped (the held one wins) and
+  counted as ``rejected["conflicting-copy"]``;
 * holes: a delivery whose sequence number skips some of its source's is
   counted (``holes_detected``): events this node will never deliver in order;
 * flushed: this node's last event has been relayed TTL rounds, so leaving
@@ -113,6 +117,7 @@ class EptoEndpoint:
                 address=advertise,
                 signer=signer,
             )
+        self._held_event = self._node.process.held_event
         self._rejected: dict[str, int] = {}
         self._encode_failures = 0
         self._unaddressed = 0
@@ -162,13 +167,14 @@ class EptoEndpoint:
 
     def receive(self, data: bytes, now: float, *, peer_host: str | None = None) -> bool:
         try:
-            frame = self._codec.decode(data, now)  # balls verified by the codec's filter
+            # Balls verified by the codec's filter, copies of held events reused.
+            sender, message = self._codec.decode_message(data, now, held=self._held_event)
         except RemoteProtocolError as err:
             self.reject(err.fault)
             return False
         # The node counts what it refuses (statistics merge its counters).
         with contextlib.suppress(RemoteProtocolError):
-            self._node.receive(frame.sender, frame.message, now)
+            self._node.receive(sender, message, now)
         return True
 
     def reject(self, fault: str) -> None:
@@ -250,6 +256,8 @@ class EptoEndpoint:
         node = self._node
         s = node.process.statistics()
         rejected = dict(self._rejected)
+        if self._codec.copies_conflicting:
+            rejected["conflicting-copy"] = self._codec.copies_conflicting
         node_stats = node.statistics()
         sampler_rejected = node_stats.sampler.rejected if node_stats.sampler else {}
         verifier_rejected = self._verifier.rejected if self._verifier is not None else {}
