@@ -110,6 +110,10 @@ class Simulation(Members):
             self.now = t
             items = buckets[t]
             i = 0
+            # Arrivals counted locally (two attribute updates per copy add
+            # up over millions of copies) and written back before any other
+            # kind of item runs, which may read the counters.
+            landed = 0
             try:
                 # Items scheduled for ``t`` while it runs join ``items``.
                 while True:
@@ -124,18 +128,27 @@ class Simulation(Members):
                         i += 1
                         if kind == ARRIVE:
                             # The hot path: ``_arrive`` inlined.
-                            self._in_flight -= 1
                             proc = procs.get(a)
                             if proc is None:
+                                self._in_flight -= 1
                                 self._to_departed += 1
                             elif self._partitions and self._separated(b, a):
+                                self._in_flight -= 1
                                 self._cut += 1
                             else:
-                                self._arrived += 1
+                                landed += 1
                                 proc.receive(b, c, t)
                                 if every_input:
+                                    self._in_flight -= landed
+                                    self._arrived += landed
+                                    landed = 0
                                     flush(a, proc, t)
-                        elif kind == TIMER:
+                            continue
+                        if landed:
+                            self._in_flight -= landed
+                            self._arrived += landed
+                            landed = 0
+                        if kind == TIMER:
                             proc = procs.get(a)
                             if proc is None:
                                 continue
@@ -177,6 +190,8 @@ class Simulation(Members):
                         else:
                             a()
             finally:
+                self._in_flight -= landed
+                self._arrived += landed
                 # On an exception, the items already run must not run again.
                 del items[:i]
             heapq.heappop(times)
