@@ -352,9 +352,7 @@ def run(args: argparse.Namespace) -> int:
     return 3 if failures else 0
 
 
-def _print_summary(
-    s: dict[str, Any], check_summary: str, cost: tuple[float, float | None]
-) -> None:
+def _print_summary(s: dict[str, Any], check_summary: str, cost: tuple[float, float | None]) -> None:
     p = s["parameters"]
     d = s["delay"]
 
