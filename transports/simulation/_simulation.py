@@ -20,10 +20,13 @@ the network model (latency, loss, partitions, reliable FIFO links) in
 The run loop dispatches on item kinds only; which kinds a process's items
 take is its engine's choice.
 
-Randomness comes from three streams derived from the seed: the network's
-(latency, loss), the schedule's (round phases, drift, churn, workload) and
-one per process (its peer choices). Changing the loss rate does not move round
-phases; the same seed gives the same run, byte for byte.
+Randomness comes from streams derived from the seed: the network's
+(latency, loss), the schedule's (round phases, drift, churn, workload), and
+the peer choices': one stream shared by every process over the full view
+(each process draws only its gossip targets; a stream per process cost 2.5 kB
+of state each, a tenth of a simulated process), one per Cyclon node (which
+also draws its shuffles). Changing the loss rate does not move round phases;
+the same seed gives the same run, byte for byte.
 
 The static full view is one :class:`epto.Membership` shared by every process
 and updated on churn; nothing is copied per process. With
