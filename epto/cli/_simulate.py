@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any, cast
 
@@ -324,6 +325,7 @@ def run(args: argparse.Namespace) -> int:
     from epto.log import SimulationLogger
 
     logger = None if args.log_dir is None else SimulationLogger(args.log_dir, flush_every=256)
+    cpu = time.process_time()
     try:
         # SimulationLogger has SimulationObserver's methods without subclassing it
         # (epto.log does not import the simulator), hence the cast.
@@ -335,18 +337,22 @@ def run(args: argparse.Namespace) -> int:
             logger.close()
 
     summary = result.summary()
+    # What the run cost this process, printed only: the JSON summary is the
+    # run's (the same seed gives the same JSON but its wall-clock time), and
+    # peak RSS is the whole interpreter's.
+    cost = (time.process_time() - cpu, _peak_rss_mb())
     if args.json is not None:
         args.json.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     if args.plot is not None:
         _plot(result.delays, args.plot, summary)
-    _print_summary(summary, result.report.summary())
+    _print_summary(summary, result.report.summary(), cost)
     failures = result.failures
     if "safety" in failures:
         return 1
     return 3 if failures else 0
 
 
-def _print_summary(s: dict[str, Any], check_summary: str) -> None:
+def _print_summary(s: dict[str, Any], check_summary: str, cost: tuple[float, float | None]) -> None:
     p = s["parameters"]
     d = s["delay"]
 
@@ -428,6 +434,12 @@ def _print_summary(s: dict[str, Any], check_summary: str) -> None:
         f"{', stopped at the round limit' if s['settled'] == 'round-limit' else ''}), "
         f"wall {s['wall_seconds']:.1f} s"
     )
+    cpu, peak = cost
+    print(
+        f"cost: CPU {cpu:.1f} s, peak RSS "
+        + ("-" if peak is None else f"{peak:.0f} MB")
+        + f" ({s['processes_total']} processes)"
+    )
     if s["stalled_at"] is not None:
         print(
             f"STALLED at t = {s['stalled_at']!r}: no progress in virtual time "
@@ -437,6 +449,17 @@ def _print_summary(s: dict[str, Any], check_summary: str) -> None:
     if s["order_violations"] or s["integrity_violations"] or s["validity_violations"]:
         print(check_summary)
     print("verdict: " + ("ok" if s["ok"] else "FAILED: " + ", ".join(s["failures"])))
+
+
+def _peak_rss_mb() -> float | None:
+    """This process's peak resident set size in MB, None where unknown."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux counts kilobytes, macOS bytes.
+    return peak / (2**20 if sys.platform == "darwin" else 2**10)
 
 
 def _plot(delays: Any, path: Path, summary: dict[str, Any]) -> None:

@@ -31,6 +31,9 @@ class DeliveryRecorder(SimulationObserver):
         self.delays: list[float] = []
         """Delivery time minus broadcast time, one per in-order delivery."""
         self.times: dict[ProcessId, list[float]] = {}
+        # One id tuple per event, shared by every process's sequence (a
+        # delivery's id is a new tuple: 2,000,000 deliveries, 140 MB).
+        self._ids: dict[EventId, EventId] = {}
         for pid in simulation.processes:
             self.on_join(pid, simulation.now)
 
@@ -41,6 +44,11 @@ class DeliveryRecorder(SimulationObserver):
     def on_delivery(self, pid: ProcessId, delivery: Delivery, now: float) -> None:
         event = delivery.event
         eid = (event.source, event.seq)
+        canonical = self._ids.get(eid)
+        if canonical is None:
+            self._ids[eid] = eid
+        else:
+            eid = canonical
         tag = delivery.tag
         if tag is DeliveryTag.OUT_OF_ORDER:
             self.out_of_order.setdefault(pid, []).append(eid)

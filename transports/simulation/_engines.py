@@ -83,6 +83,7 @@ class EptoEngine(Engine):
         self.sim = sim
         self.config = config
         self._entries_of_departed = 0
+        self._peer_rng: random.Random | None = None
 
     def check_options(
         self,
@@ -122,9 +123,10 @@ class EptoEngine(Engine):
             phase = interval * rng.random()
         if not phase >= 0:
             raise LocalProtocolError(f"phase must be non-negative, got {phase!r}")
-        proc_rng = random.Random(f"epto-sim/{sim.seed}/process/{pid}")
         now = sim.now
         if isinstance(sim.pss, CyclonConfig):
+            # A Cyclon node draws shuffles and partners too: a stream of its own.
+            proc_rng = random.Random(f"epto-sim/{sim.seed}/process/{pid}")
             # Join through random live processes (the first one starts alone).
             seeds = sorted(sim.membership.sample_excluding(sim.pss_seeds, pid, rng))
             node = Node(
@@ -143,7 +145,13 @@ class EptoEngine(Engine):
             if sim._sampler is not None
             else FullView(pid, sim.membership)
         )
-        return Process(pid, base, peers=peers, rng=proc_rng, now=now + phase - interval)
+        # Over a full view a process draws only its gossip targets: every
+        # process shares one stream (a Mersenne Twister's state is 2.5 kB; a
+        # stream per process was a tenth of a simulated process's memory).
+        # The run loop's order is fixed, so the draws are too.
+        if self._peer_rng is None:
+            self._peer_rng = random.Random(f"epto-sim/{sim.seed}/peers")
+        return Process(pid, base, peers=peers, rng=self._peer_rng, now=now + phase - interval)
 
     def start(self, pid: ProcessId, proc: Member) -> None:
         # A Cyclon node may ask for its first shuffle before now (its phase).

@@ -21,6 +21,7 @@ the initial members off.
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -233,8 +234,28 @@ def run_simulation(
     ``observers`` see every join, leave, broadcast and delivery (a delivery
     log writer is one). ``progress(rounds_done, rounds_expected)`` is called
     once per round.
+
+    The interpreter's cyclic garbage collector is paused for the run (and
+    restored after it): a large run holds tens of millions of balls, layers
+    and queue items, none of them in reference cycles, which every full
+    collection would walk again (about 13 % of the CPU time of a
+    3,000-process run).
     """
     spec.validate()
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _run(spec, observers, progress)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _run(
+    spec: SimulationSpec,
+    observers: Iterable[SimulationObserver],
+    progress: Callable[[float, float], None] | None,
+) -> SimulationResult:
     wall = time.perf_counter()
     latency = spec.latency_model()
     engine_type = ENGINES[spec.mode]

@@ -200,6 +200,15 @@ class PlanetLabLatency:
     def maximum(self) -> float:
         return self._samples[-1]
 
+    def link_table(self) -> tuple[tuple[float, ...], int] | None:
+        """Per link: ``(matrix, nodes)``, the latency from ``src`` to ``dst``
+        being ``matrix[(src % nodes) * nodes + dst % nodes]``, what
+        :meth:`sample` returns (the network's send loop reads it without a
+        call per copy); ``None`` when every message draws its own."""
+        if not self._per_link:
+            return None
+        return self._matrix, _PLANETLAB_NODES
+
     def quantile(self, q: float) -> float:
         """The empirical ``q``-quantile of the sample (``0 <= q <= 1``)."""
         samples = self._samples

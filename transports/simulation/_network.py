@@ -33,7 +33,7 @@ from epto import ConfigurationError, LocalProtocolError, ProcessId
 from epto.wire import Ball
 
 from ._calendar import ARRIVE, ARRIVE_MANY, LINK, PEER, CalendarQueue
-from ._latency import ConstantLatency, LatencyModel
+from ._latency import ConstantLatency, LatencyModel, PlanetLabLatency
 
 Sides = dict[ProcessId, int]
 """A partition: process -> side (processes not listed are on side -1)."""
@@ -103,6 +103,11 @@ class VirtualNetwork(CalendarQueue):
         self._in_flight = 0
         self._peer_sent = self._peer_arrived = 0
         self._constant = isinstance(self.latency, ConstantLatency)
+        # PlanetLab per link (the default of ``epto simulate``): the send loop
+        # reads the matrix itself, one index per copy instead of a call.
+        self._link_table = (
+            self.latency.link_table() if isinstance(self.latency, PlanetLabLatency) else None
+        )
         # Reliable FIFO links: last arrival per directed link, link epochs
         # (a break bumps them: what is in flight is lost), links down.
         self._last_arrival: dict[tuple[ProcessId, ProcessId], float] = {}
@@ -221,28 +226,39 @@ class VirtualNetwork(CalendarQueue):
             return
         links = self._links
         sample = self.latency.sample
+        table = None if links else self._link_table
+        if table is not None:
+            matrix, nodes = table
+            row = (src % nodes) * nodes
         ceil = math.ceil
+        push = heapq.heappush
+        get = buckets.get
+        sent = 0
         for dest, ball in out:
             if loss and rng.random() < loss:
                 self._lost += 1
                 continue
-            lat = links.get((src, dest)) if links else None
-            if lat is None:
-                lat = sample(src, dest, rng)
-            self._in_flight += 1
-            at = now + lat
+            if table is not None:
+                at = now + matrix[row + dest % nodes]
+            else:
+                lat = links.get((src, dest)) if links else None
+                if lat is None:
+                    lat = sample(src, dest, rng)
+                at = now + lat
+            sent += 1
             if quantum is not None:
                 # CalendarQueue._push's rounding, inlined: never before ``now + lat``.
                 k = ceil(at / quantum)
                 due = k * quantum
                 at = due if due >= at else (k + 1) * quantum
             item = (ARRIVE, dest, src, ball)
-            bucket = buckets.get(at)
+            bucket = get(at)
             if bucket is None:
                 buckets[at] = [item]
-                heapq.heappush(times, at)
+                push(times, at)
             else:
                 bucket.append(item)
+        self._in_flight += sent
 
     # -- reliable FIFO links --------------------------------------------------
 
