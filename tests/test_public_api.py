@@ -209,6 +209,7 @@ EXPORTS: dict[str, frozenset[str]] = {
         {
             "EMPTY_DIGEST",
             "Applied",
+            "AuditVerdicts",
             "CommandCodec",
             "CommandFailed",
             "JsonCodec",
@@ -293,7 +294,13 @@ NODE_MODULES: dict[str, frozenset[str]] = {
     "epto.transports.trio_atoms": frozenset({"AtomsNode"}),
     "epto.transports.zmq_rsm": frozenset({"CommandTimeoutError", "ZmqReplica"}),
     "epto.transports.trio_rsm": frozenset(
-        {"CommandFailedError", "ReplicaConfig", "ReplicaStatus", "ReplicatedNode"}
+        {
+            "CommandFailedError",
+            "ReplicaConfig",
+            "ReplicaStatus",
+            "ReplicatedNode",
+            "ResultUnavailableError",
+        }
     ),
     "epto.transports.trio_editor": frozenset({"EditorConfig", "EditorServer"}),
     "epto.transports.trio_tcp": frozenset(

@@ -43,10 +43,11 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Final, Self
 
 import trio
 
@@ -54,6 +55,7 @@ from epto import ConfigurationError, Delivery, EventId, ProcessId
 from epto.endpoint import Address, NodeConfig, parse_host_port
 from epto.rsm import (
     Applied,
+    AuditVerdicts,
     CommandFailed,
     Replica,
     Snapshot,
@@ -61,7 +63,12 @@ from epto.rsm import (
 )
 
 from ._rsm_durable import Durability
-from ._trio.rsm_config import CommandFailedError, ReplicaConfig, ReplicaStatus
+from ._trio.rsm_config import (
+    CommandFailedError,
+    ReplicaConfig,
+    ReplicaStatus,
+    ResultUnavailableError,
+)
 from ._trio.rsm_transfer import (
     TransferError,
     TransferServer,
@@ -71,7 +78,17 @@ from ._trio.rsm_transfer import (
 )
 from .trio_node import open_node
 
-__all__ = ["CommandFailedError", "ReplicaConfig", "ReplicaStatus", "ReplicatedNode"]
+__all__ = [
+    "CommandFailedError",
+    "ReplicaConfig",
+    "ReplicaStatus",
+    "ReplicatedNode",
+    "ResultUnavailableError",
+]
+
+
+_IN_FETCHED_STATE: Final = object()
+"""The result of a call whose command the fetched state covers."""
 
 
 class ReplicatedNode:
@@ -94,6 +111,10 @@ class ReplicatedNode:
         self._node: Any = None
         self._pending: dict[EventId, trio.Event] = {}
         self._results: dict[EventId, Any] = {}
+        self._held_calls: set[EventId] = set()
+        """Our own commands delivered while not ready (buffered): completed by
+        the restore, with their result or, when the fetched state covers
+        them, as unknown."""
         self._durable = Durability.of(cfg, node.pid)
         self.transfers = 0
         self.transfer_failures = 0
@@ -180,6 +201,11 @@ class ReplicatedNode:
         result = self._results.pop(eid)
         if isinstance(result, CommandFailed):
             raise CommandFailedError(result)
+        if result is _IN_FETCHED_STATE:
+            raise ResultUnavailableError(
+                f"command {name!r} was applied in the state fetched from a peer; "
+                "its result is not known here"
+            )
         return result
 
     def submit(self, name: str, *args: Any) -> EventId:
@@ -201,8 +227,13 @@ class ReplicatedNode:
         applied = replica.deliver(delivery)
         if not replica.ready:
             self._wake.set()  # joining, or a hole: the state must be fetched
+            if delivery.event.id in self._pending:
+                self._held_calls.add(delivery.event.id)
             return False
         if applied is None:
+            if delivery.in_total_order:
+                # At or below the cut: in the state fetched from a peer.
+                self._complete_unknown([delivery.event.id])
             return False
         self._complete([applied])
         if self.config.on_applied is not None:
@@ -216,6 +247,17 @@ class ReplicatedNode:
             event = self._pending.get(done.event)
             if event is not None:
                 self._results[done.event] = done.result
+                event.set()
+
+    def _complete_unknown(self, events: Iterable[EventId]) -> None:
+        """Our commands that a fetched state covers: they were applied at the
+        peer that provided it, and their results stay there. Without this a
+        call whose command came round while this replica had a hole would
+        wait forever."""
+        for eid in events:
+            event = self._pending.get(eid)
+            if event is not None and not event.is_set():
+                self._results[eid] = _IN_FETCHED_STATE
                 event.set()
 
     async def _snapshot_to_disk(self) -> None:
@@ -298,6 +340,8 @@ class ReplicatedNode:
                     await trio.to_thread.run_sync(self.machine.restore, snapshot.state)
                     restored = self.replica.restore(snapshot, state_restored=True)
                     self._complete(restored)
+                    held, self._held_calls = self._held_calls, set()
+                    self._complete_unknown(held)
                     if self.config.on_applied is not None:
                         self.config.on_applied()
                     # The buffered commands were applied without being logged:
@@ -342,16 +386,20 @@ class ReplicatedNode:
 
     async def _audit_loop(self) -> None:
         """Compare this replica's digest with the peers', one peer per
-        ``audit_interval``; fetch the state again when contradicted by more
-        peers than confirm it (two at least), over the last few audits."""
+        ``audit_interval``; fetch the state again when, by their latest
+        comparable verdicts, more peers contradict it than confirm it (two at
+        least)."""
         cfg = self.config
         peers = [a for p, a in sorted(cfg.peers.items()) if p != self.node_config.pid]
-        verdicts: list[bool] = []
+        verdicts = AuditVerdicts()
         turn = 0
+        transfers = self.transfers
         while True:
             await trio.sleep(cfg.audit_interval)
             if not self.replica.ready or not peers:
                 continue
+            if transfers != self.transfers:  # verdicts on a state since replaced
+                verdicts, transfers = AuditVerdicts(), self.transfers
             address = peers[turn % len(peers)]
             turn += 1
             try:
@@ -365,10 +413,7 @@ class ReplicatedNode:
                 continue  # that cut is not in our recent history (yet)
             self.audits += 1
             self.contradictions += not verdict
-            verdicts = [*verdicts[-4:], verdict]
-            wrong = verdicts.count(False)
-            if wrong >= 2 and wrong > verdicts.count(True):
-                verdicts = []
+            if verdicts.record(address, verdict):
                 self.replica.resync()
                 self._wake.set()
 

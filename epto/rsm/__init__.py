@@ -6,6 +6,7 @@ and compaction. The trio driver is :mod:`epto.transports.trio_rsm`.
 See docs/rsm.md.
 """
 
+from ._audit import AuditVerdicts as AuditVerdicts
 from ._machine import CommandCodec as CommandCodec
 from ._machine import CommandFailed as CommandFailed
 from ._machine import JsonCodec as JsonCodec
@@ -24,6 +25,7 @@ from ._store import StoredSnapshot as StoredSnapshot
 __all__ = [
     "EMPTY_DIGEST",
     "Applied",
+    "AuditVerdicts",
     "CommandCodec",
     "CommandFailed",
     "JsonCodec",

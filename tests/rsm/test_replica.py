@@ -8,6 +8,7 @@ import pytest
 from epto import Delivery, DeliveryTag, Event
 from epto.rsm import (
     EMPTY_DIGEST,
+    AuditVerdicts,
     CommandFailed,
     JsonCodec,
     Replica,
@@ -102,3 +103,23 @@ def test_the_buffer_is_bounded() -> None:
     for i in range(1, 7):
         new.deliver(delivery(i, 1, i, "incr", "n"))
     assert new.overflowed and new.buffered() == 3 and new.needed() == (4, 1, 4)
+
+
+def test_audits_count_peers_not_audits() -> None:
+    # A correct replica beside one wrong peer, audited in turn: every other
+    # verdict is a contradiction, and it must never fetch its state.
+    correct = AuditVerdicts()
+    assert not any(correct.record(peer, peer != "wrong") for peer in ["ok", "wrong"] * 10)
+    # The wrong replica: both peers contradict it; it fetches once the second does.
+    holed = AuditVerdicts()
+    assert [holed.record(p, False) for p in ("a", "b")] == [False, True]
+    # ... and starts afresh: one contradiction is not enough again.
+    assert holed.record("a", False) is False
+    # With one peer alone nobody can tell which replica is wrong.
+    lone = AuditVerdicts()
+    assert not any(lone.record("only", False) for _ in range(5))
+    # Five peers: three confirm, two contradict; then a third contradicts.
+    five = AuditVerdicts()
+    verdicts = {"c": True, "d": True, "e": True, "a": False, "b": False}
+    assert not any(five.record(p, v) for p, v in verdicts.items())
+    assert five.record("c", False) is True

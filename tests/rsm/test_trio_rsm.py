@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 import trio
 from epto.transports._ports import free_ports
-from epto.transports.trio_rsm import CommandFailedError, ReplicaConfig, ReplicatedNode
+from epto.transports.trio_rsm import (
+    CommandFailedError,
+    ReplicaConfig,
+    ReplicatedNode,
+    ResultUnavailableError,
+)
 
 from epto import ConfigurationError
 from epto.endpoint import NodeConfig
@@ -132,10 +137,14 @@ async def test_a_replica_restarted_on_its_data_directory_recovers(tmp_path: Path
 
 
 @pytest.mark.trio
-async def test_an_epto_replica_that_missed_a_command_is_found_out_and_refetches(
-    tmp_path: Path,
-) -> None:
+async def test_an_epto_replica_that_missed_a_command_is_found_out_and_refetches() -> None:
     configs = _configs("epto", [1, 2, 3])
+    # Bounded here, not by pytest's timeout, which would abandon trio's run.
+    with trio.fail_after(120):
+        await _missed_command(configs)
+
+
+async def _missed_command(configs: dict[int, NodeConfig]) -> None:
     async with AsyncExitStack() as stack:
         ports = free_ports(3, socket.SOCK_STREAM)
         transfer = {p: f"127.0.0.1:{port}" for p, port in zip((1, 2, 3), ports, strict=True)}
@@ -163,3 +172,32 @@ async def test_an_epto_replica_that_missed_a_command_is_found_out_and_refetches(
         # At least the one transfer the lost delivery calls for (EpTO's agreement
         # is probabilistic: on a loaded machine a replica may miss another).
         assert lost and status.contradictions >= 2 and status.transfers >= 1
+
+
+@pytest.mark.trio
+async def test_a_call_whose_command_a_fetched_state_covers_is_answered() -> None:
+    # A replica told its state is wrong buffers what it delivers, its own
+    # command included, and fetches a state that reaches that command: the
+    # command is applied once, at the peer, and the call ends (it used to
+    # wait forever).
+    configs = _configs("epto", [1, 2, 3])
+    with trio.fail_after(60):
+        async with AsyncExitStack() as stack:
+            ports = free_ports(3, socket.SOCK_STREAM)
+            transfer = {p: f"127.0.0.1:{port}" for p, port in zip((1, 2, 3), ports, strict=True)}
+            replicas = [
+                await stack.enter_async_context(
+                    ReplicatedNode(
+                        KV(), configs[p], ReplicaConfig(transfer_bind=transfer[p], peers=transfer)
+                    )
+                )
+                for p in (1, 2, 3)
+            ]
+            await replicas[0].call("set", "before", 1)
+            replicas[0].replica.resync()
+            with pytest.raises(ResultUnavailableError, match="'incr' was applied in the state"):
+                await replicas[0].call("incr", "n", 5)
+            assert await replicas[0].call("incr", "n", 1) == 6  # applied here again
+            await _settled(replicas, 3)
+            assert all(r.machine.data == {"before": 1, "n": 6} for r in replicas)  # type: ignore[attr-defined]
+            assert replicas[0].status().transfers == 1

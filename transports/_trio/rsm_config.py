@@ -11,7 +11,7 @@ from epto import ConfigurationError, EptoError, ProcessId
 from epto.endpoint import Address, parse_host_port
 from epto.rsm import CommandCodec, CommandFailed, JsonCodec, OrderKey
 
-__all__ = ["CommandFailedError", "ReplicaConfig", "ReplicaStatus"]
+__all__ = ["CommandFailedError", "ReplicaConfig", "ReplicaStatus", "ResultUnavailableError"]
 
 
 class CommandFailedError(EptoError):
@@ -21,6 +21,13 @@ class CommandFailedError(EptoError):
         super().__init__(f"{failed.error}: {failed.message}")
         self.error = failed.error
         self.message = failed.message
+
+
+class ResultUnavailableError(EptoError):
+    """The command was applied, but inside the state this replica fetched from
+    a peer (it had a hole or was joining when its own command came round), so
+    its result was computed elsewhere and is not known here. The command took
+    effect once, at its place in the order, like every other."""
 
 
 @attrs.frozen(kw_only=True)

@@ -1,0 +1,36 @@
+"""When a replica's audits say its state is wrong (sans-IO)."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+__all__ = ["AuditVerdicts"]
+
+
+class AuditVerdicts:
+    """The latest comparable verdict of each peer ("your digest at my cut
+    matches mine", or not); :meth:`record` says when to fetch the state again:
+    at least two peers contradict this replica and more contradict than
+    confirm.
+
+    Counting peers, not audits, matters: a correct replica in a group of
+    three whose third member has a hole asks the two others in turn, and
+    over any five audits three may be the wrong member's contradictions.
+    Counted per peer it has one confirmation and one contradiction and keeps
+    its state; the member with the hole has two contradictions and fetches.
+    With one peer alone nobody can tell which of two replicas is wrong, and
+    the state is never fetched on audits.
+    """
+
+    def __init__(self) -> None:
+        self._latest: dict[Hashable, bool] = {}
+
+    def record(self, peer: Hashable, matches: bool) -> bool:
+        """Note ``peer``'s verdict; whether the state must be fetched again
+        (the verdicts are then forgotten: the fetched state starts afresh)."""
+        self._latest[peer] = matches
+        wrong = sum(not v for v in self._latest.values())
+        if wrong >= 2 and wrong > len(self._latest) - wrong:
+            self._latest.clear()
+            return True
+        return False
