@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import attrs
 
-from ._ball import CheckedBall, LayeredBall, Part, merge_parts
+from ._ball import CheckedBall, LayeredBall, merge_balls
 from ._config import Config
 from ._errors import LocalProtocolError
 from ._event import Ball, BallEntry, Delivery, Event, EventId, ProcessId
@@ -138,7 +138,7 @@ class Process:
         # nextBall of Algorithm 1, kept lazily: the layers of the balls received
         # this round (only those with a copy below TTL) and this round's own
         # broadcasts; merged, keeping the larger ttl per id, when the round runs.
-        self._pending: list[list[Part]] = []
+        self._pending: list[LayeredBall] = []
         self._own: dict[EventId, Event] = {}
         # Copies from balls that are not layered (e.g. decoded from bytes),
         # merged entry by entry as Algorithm 1 reads: id -> (event, ttl).
@@ -220,7 +220,7 @@ class Process:
         parts = ball._parts
         # Parts are in increasing ttl: the first says whether any is relayed.
         if parts and parts[0][0] < self._relay_ttl:
-            self._pending.append(parts)
+            self._pending.append(ball)
         self._entries_received += ball._size
 
     def ts_ceiling(self, now: float) -> int:
@@ -381,16 +381,19 @@ class Process:
         """How many events nextBall holds, computed without merging in place:
         :meth:`statistics` and :meth:`memory_sizes` change nothing, so that
         calling them never alters what the process later sends."""
-        return merge_parts(self._sources(), self._relay_ttl)[1]
+        return merge_balls(self._sources(), self._relay_ttl)[1]
 
-    def _sources(self) -> list[list[Part]]:
-        """The parts of every pending copy: received balls, loose copies, own events."""
+    def _sources(self) -> list[LayeredBall]:
+        """Every pending copy as balls: received balls, loose copies, own events."""
         sources = list(self._pending)
         if self._loose:
-            sources.append(LayeredBall(self._loose)._parts)
+            sources.append(LayeredBall(self._loose))
         if self._own:
             stamps = [event.ts for event in self._own.values()]
-            sources.append([(0, self._own, min(stamps), max(stamps))])
+            top = max(stamps)
+            sources.append(
+                LayeredBall._of_parts([(0, self._own, min(stamps), top)], len(self._own), top)
+            )
         return sources
 
     def _run_round(self, now: float) -> None:
@@ -400,7 +403,7 @@ class Process:
             # Accepted timestamps the cap held back: catch up, one cap a round.
             self._clock = max(self._clock, min(self._behind, self.clock_cap(now)))
         # nextBall: every pending copy merged, larger ttl kept.
-        merged, size, max_ts = merge_parts(self._sources(), self._relay_ttl)
+        merged, size, max_ts = merge_balls(self._sources(), self._relay_ttl)
         self._pending = []
         self._loose = {}
         self._own = {}
@@ -418,7 +421,7 @@ class Process:
                 # always there and would lose these copies; keep relaying them
                 # next round instead. Merging keeps the larger ttl and drops
                 # copies at TTL, so this cannot relay anything forever.
-                self._pending = [aged]
+                self._pending = [ball]
         else:
             ball = _EMPTY_BALL
         self._ordering.order(ball)
