@@ -167,6 +167,20 @@ class LayeredBall(Mapping[EventId, BallEntry]):
         ball.max_ts = max_ts
         return ball
 
+    @classmethod
+    def _with_dense(cls, parts: list[Part], dense: Dense, size: int, max_ts: int) -> LayeredBall:
+        """:meth:`_of_parts` with the dense index of ``parts`` given: ``dense[ttl]``
+        is the layer of each part, None at every other index (trailing ones
+        allowed), and no ttl is at or above ``_DENSE_TTLS``... unless the
+        caller is a merge, whose ttls stay below its limit plus its age."""
+        ball = cls.__new__(cls)
+        ball._parts = parts
+        ball._dense = dense
+        ball._layers = None
+        ball._size = size
+        ball.max_ts = max_ts
+        return ball
+
     @property
     def layers(self) -> Mapping[int, Mapping[EventId, Event]]:
         """``{ttl: {event id: event}}`` in increasing ttl; read only."""
@@ -292,30 +306,34 @@ def merge_parts(sources: list[list[Part]], limit: int) -> tuple[list[Part], int,
     return parts, len(folded), max(map(itemgetter(3), parts))
 
 
-def merge_balls(balls: list[LayeredBall], limit: int) -> tuple[list[Part], int, int]:
-    """:func:`merge_parts` of the parts of ``balls``, the same result.
+def merge_balls(balls: list[LayeredBall], limit: int, age: int = 0) -> LayeredBall:
+    """The copies of ``balls`` whose ttl is below ``limit``, the largest ttl
+    kept per event id (as :func:`merge_parts` computes them, with the same
+    bounds), every ttl raised by ``age``: the next ball when ``age`` is 1.
 
     Each ball keeps its layers indexed by ttl (``_dense``, built once by
     whoever builds the ball and shared by its receivers), so the layers of a
     ttl across the balls are one ``zip_longest`` away: no sort of the
-    round's parts (hundreds at small n, a few copies each), no statement per
-    part but the fold itself.
+    round's parts (hundreds at small n, a few copies each) and no statement
+    per part but the fold itself. A ball without the index (a ttl out of its
+    range) sends the whole merge through :func:`merge_parts`.
     """
-    if len(balls) == 1:
-        return merge_parts([balls[0]._parts], limit)
     denses = list(map(_dense_index, balls))
-    if None in denses:
-        return merge_parts(list(map(_parts_attr, balls)), limit)
+    if len(balls) < 2 or None in denses:
+        parts, size, max_ts = merge_parts(list(map(_parts_attr, balls)), limit)
+        if age:
+            parts = [(ttl + age, layer, low, high) for ttl, layer, low, high in parts]
+        return LayeredBall._of_parts(parts, size, max_ts)
     groups = list(zip_longest(*denses))
-    # Parts at or above the limit are dropped (line 12); their count is
-    # needed for the choice of bounds below.
+    # Parts at or above the limit are dropped (line 12); how many parts are
+    # merged decides how the bounds are found (as in merge_parts).
     dropped = 0
     for group in islice(groups, limit, None):
         dropped += len(group) - group.count(None)
     del groups[limit:]
     count = sum(map(len, map(_parts_attr, balls))) - dropped
     if not count:
-        return [], 0, 0
+        return LayeredBall._of_parts([], 0, 0)
     folded: dict[EventId, Event] = {}
     # Size of `folded` after each ttl, from the highest ttl down.
     cuts: list[int] = []
@@ -325,19 +343,37 @@ def merge_balls(balls: list[LayeredBall], limit: int) -> tuple[list[Part], int, 
                 # dict.update without a method call (no argument tuple per layer).
                 folded |= layer
         cuts.append(len(folded))
-    layers: list[tuple[int, dict[EventId, Event]]] = []
+    size = len(folded)
     items = iter(folded.items())
     start = 0
-    ttl = len(groups)
+    ttl = len(groups) + age
+    dense: Dense = [None] * ttl
+    parts: list[Part] = []
+    if size < _EVENTS_PER_PART * count:
+        # Few events, many parts: the merged events' timestamps, read once,
+        # give exact bounds (as _parts_of).
+        stamps = list(map(_ts, folded.values()))
+        for end in cuts:
+            ttl -= 1
+            if end != start:
+                layer = dict(islice(items, end - start))
+                seg = stamps[start:end]
+                parts.append((ttl, layer, min(seg), max(seg)))
+                dense[ttl] = layer
+                start = end
+        parts.reverse()
+        return LayeredBall._with_dense(parts, dense, size, max(stamps))
+    layers: list[tuple[int, dict[EventId, Event]]] = []
     for end in cuts:
         ttl -= 1
         if end != start:
-            layers.append((ttl, dict(islice(items, end - start))))
+            layer = dict(islice(items, end - start))
+            layers.append((ttl - age, layer))
+            dense[ttl] = layer
             start = end
     layers.reverse()
-    if len(folded) < _EVENTS_PER_PART * count:
-        parts = _parts_of(layers)
-    else:
-        entries = sorted(chain.from_iterable(map(_parts_attr, balls)), key=_ttl_of, reverse=True)
-        parts = _bounded(layers, entries[len(entries) - count :])
-    return parts, len(folded), max(map(itemgetter(3), parts))
+    entries = sorted(chain.from_iterable(map(_parts_attr, balls)), key=_ttl_of, reverse=True)
+    parts = _bounded(layers, entries[-count:])
+    if age:
+        parts = [(ttl + age, layer, low, high) for ttl, layer, low, high in parts]
+    return LayeredBall._with_dense(parts, dense, size, max(map(itemgetter(3), parts)))

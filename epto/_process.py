@@ -381,7 +381,7 @@ class Process:
         """How many events nextBall holds, computed without merging in place:
         :meth:`statistics` and :meth:`memory_sizes` change nothing, so that
         calling them never alters what the process later sends."""
-        return merge_balls(self._sources(), self._relay_ttl)[1]
+        return len(merge_balls(self._sources(), self._relay_ttl))
 
     def _sources(self) -> list[LayeredBall]:
         """Every pending copy as balls: received balls, loose copies, own events."""
@@ -403,14 +403,12 @@ class Process:
             # Accepted timestamps the cap held back: catch up, one cap a round.
             self._clock = max(self._clock, min(self._behind, self.clock_cap(now)))
         # nextBall: every pending copy merged, larger ttl kept.
-        merged, size, max_ts = merge_balls(self._sources(), self._relay_ttl)
+        # Every copy aged by one: the merged layers move up one ttl, unchanged.
+        ball = merge_balls(self._sources(), self._relay_ttl, 1)
         self._pending = []
         self._loose = {}
         self._own = {}
-        if merged:
-            # Age every copy by one: the layers move up one ttl, unchanged.
-            aged = [(ttl + 1, layer, low, high) for ttl, layer, low, high in merged]
-            ball = LayeredBall._of_parts(aged, size, max_ts)
+        if ball:
             targets = self.peers.sample(self._fanout, self._rng)
             if targets:
                 self._outbox.extend((dest, ball) for dest in targets)
