@@ -207,7 +207,12 @@ class Process:
         """
         self._balls_received += 1
         ceiling = self.ts_ceiling(now)
-        if type(ball) is not LayeredBall or not _layered_in_bounds(ball, ceiling):
+        if type(ball) is not LayeredBall or ball.max_ts > ceiling:
+            self._receive_entries(ball, ceiling, self.clock_cap(now))
+            return
+        dense = ball._dense
+        # A dense index holds every ttl of the ball in [0, len(dense)).
+        if (dense is None or len(dense) > TTL_MAX + 1) and not _ttls_in_bounds(ball):
             self._receive_entries(ball, ceiling, self.clock_cap(now))
             return
         max_ts = ball.max_ts
@@ -441,12 +446,10 @@ class Process:
         return self._ordering.held_event(eid)
 
 
-def _layered_in_bounds(ball: LayeredBall, ceiling: int) -> bool:
-    """Whether a layered ball can be taken whole: its timestamps and ttls are in
-    bounds. Its events are trusted to be well-formed (a layered ball is built
-    in this Python process; decoded balls are plain dicts, checked per entry)."""
-    if ball.max_ts > ceiling:
-        return False
+def _ttls_in_bounds(ball: LayeredBall) -> bool:
+    """Whether a layered ball's ttls are in ``[0, TTL_MAX]``. Its events are
+    trusted to be well-formed (a layered ball is built in this Python
+    process; decoded balls are plain dicts, checked per entry)."""
     parts = ball._parts
     if not parts:
         return True
