@@ -38,6 +38,7 @@ import math
 import random
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
+from itertools import repeat
 
 import attrs
 
@@ -239,7 +240,8 @@ class Process:
             ceiling = math.floor(now * self._resolution) + 2 * self._skew_ticks
         else:
             ceiling = self._clock_base + 2 * self._clock_step
-        return min(ceiling, _TS_LIMIT)
+        # Called for every ball received: a comparison costs less than min().
+        return ceiling if ceiling < _TS_LIMIT else _TS_LIMIT
 
     def clock_cap(self, now: float) -> int:
         """The highest value received timestamps move the clock to at ``now``:
@@ -396,9 +398,8 @@ class Process:
         if self._own:
             stamps = [event.ts for event in self._own.values()]
             top = max(stamps)
-            sources.append(
-                LayeredBall._of_parts([(0, self._own, min(stamps), top)], len(self._own), top)
-            )
+            part = (0, self._own, min(stamps), top)
+            sources.append(LayeredBall._with_dense([part], [self._own], len(self._own), top))
         return sources
 
     def _run_round(self, now: float) -> None:
@@ -416,7 +417,7 @@ class Process:
         if ball:
             targets = self.peers.sample(self._fanout, self._rng)
             if targets:
-                self._outbox.extend((dest, ball) for dest in targets)
+                self._outbox.extend(zip(targets, repeat(ball)))
                 self._balls_sent += len(targets)
             else:
                 # Nobody to gossip to (a partial view emptied by churn or a
