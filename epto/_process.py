@@ -136,9 +136,9 @@ class Process:
         self._skew_ticks = math.floor(config.max_clock_skew * config.clock_resolution)
         self._rejected: dict[str, int] = {}
         self._next_seq = 0
-        # nextBall of Algorithm 1, kept lazily: the layers of the balls received
-        # this round (only those with a copy below TTL) and this round's own
-        # broadcasts; merged, keeping the larger ttl per id, when the round runs.
+        # nextBall of Algorithm 1, kept lazily: the balls received this round
+        # (only those with a copy below TTL) and this round's own broadcasts;
+        # merged, keeping the larger ttl per id, when the round runs.
         self._pending: list[LayeredBall] = []
         self._own: dict[EventId, Event] = {}
         # Copies from balls that are not layered (e.g. decoded from bytes),
