@@ -25,8 +25,10 @@ layers of one ttl across the round's balls with one ``zip_longest`` of these
 lists, where sorting the parts of every ball by ttl cost about a tenth of
 the round at small n (hundreds of parts of a few copies each). A ball with a
 ttl that is not an int in ``[0, 4096)`` keeps no index (a ball built from
-arbitrary entries allocates no more than that), and a merge that includes
-one sorts, as :func:`merge_parts` does; both give the same ball.
+arbitrary entries allocates no more than that), nor does a sparse ball (fewer
+parts than one per four ttls: the index would cost more memory than the
+parts); a merge that includes one sorts, as :func:`merge_parts` does; both
+give the same ball.
 
 Each layer carries bounds on its events' timestamps, a *floor* (at most the
 smallest) and a *top* (at least the largest), exact for a ball built from
@@ -64,6 +66,12 @@ _DENSE_TTLS = 4096
 keep no dense index; merges that include one sort their parts instead. It
 bounds the index a ball built from arbitrary entries allocates."""
 
+_TTLS_PER_PART = 4
+"""Balls with fewer parts than one per this many index entries (a few events
+at high ttls, as in a large group with little traffic) keep no dense index
+either: it would cost more memory than their parts, for a merge of a few
+parts that sorting does cheaply."""
+
 _ts = attrgetter("ts")
 _ttl_of = itemgetter(0)
 _parts_attr = attrgetter("_parts")
@@ -77,6 +85,8 @@ def _dense_of(parts: list[Part]) -> Dense | None:
         return []
     high = parts[-1][0]
     if type(high) is not int or not 0 <= high < _DENSE_TTLS:
+        return None
+    if _TTLS_PER_PART * len(parts) <= high:
         return None
     dense: Dense = [None] * (high + 1)
     for ttl, layer, _, _ in parts:
@@ -178,10 +188,13 @@ class LayeredBall(Mapping[EventId, BallEntry]):
         return ball
 
     @classmethod
-    def _with_dense(cls, parts: list[Part], dense: Dense, size: int, max_ts: int) -> LayeredBall:
+    def _with_dense(
+        cls, parts: list[Part], dense: Dense | None, size: int, max_ts: int
+    ) -> LayeredBall:
         """:meth:`_of_parts` with the dense index of ``parts`` given:
         ``dense[ttl]`` is the layer of each part and None at every other
-        index (trailing Nones allowed). Every ttl is an int at least 0."""
+        index (trailing Nones allowed; every ttl is an int at least 0), or
+        None for no index."""
         ball = cls.__new__(cls)
         ball._parts = parts
         ball._dense = dense
@@ -371,7 +384,7 @@ def merge_balls(balls: list[LayeredBall], limit: int, age: int = 0) -> LayeredBa
                 dense[ttl] = layer
                 start = end
         parts.reverse()
-        return LayeredBall._with_dense(parts, dense, size, max(stamps))
+        return LayeredBall._with_dense(parts, _unless_sparse(dense, parts), size, max(stamps))
     layers: list[tuple[int, dict[EventId, Event]]] = []
     for end in cuts:
         ttl -= 1
@@ -385,4 +398,10 @@ def merge_balls(balls: list[LayeredBall], limit: int, age: int = 0) -> LayeredBa
     parts = _bounded(layers, entries[-count:])
     if age:
         parts = [(ttl + age, layer, low, high) for ttl, layer, low, high in parts]
-    return LayeredBall._with_dense(parts, dense, size, max(map(itemgetter(3), parts)))
+    top = max(map(itemgetter(3), parts))
+    return LayeredBall._with_dense(parts, _unless_sparse(dense, parts), size, top)
+
+
+def _unless_sparse(dense: Dense, parts: list[Part]) -> Dense | None:
+    """``dense``, or None for a sparse ball (see ``_TTLS_PER_PART``)."""
+    return None if _TTLS_PER_PART * len(parts) < len(dense) else dense

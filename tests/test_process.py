@@ -365,7 +365,7 @@ def test_the_merge_by_dense_index_equals_the_merge_of_sorted_parts(
         assert all(layer is None for t, layer in enumerate(dense) if t not in by_ttl)
 
 
-def test_a_ball_with_a_ttl_out_of_the_dense_range_keeps_no_index() -> None:
+def test_a_ball_with_a_ttl_out_of_range_or_few_parts_keeps_no_index() -> None:
     import epto._ball
 
     a, b = ev(1, 0, 3), ev(2, 0, 4)
@@ -373,6 +373,9 @@ def test_a_ball_with_a_ttl_out_of_the_dense_range_keeps_no_index() -> None:
     assert LayeredBall({a.id: (a, -1)})._dense is None
     assert LayeredBall({a.id: (a, epto._ball._DENSE_TTLS)})._dense is None
     assert LayeredBall()._dense == []
+    # Sparse: fewer parts than one per four ttls up to the highest.
+    assert LayeredBall({a.id: (a, 3)})._dense == [None, None, None, {a.id: a}]
+    assert LayeredBall({a.id: (a, 4)})._dense is None
 
 
 class _NoPeersAtFirst:
