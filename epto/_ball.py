@@ -18,6 +18,18 @@ CPython's dict operations instead of a loop of Python statements:
 * the merged layers, each ttl plus one, are the next ball as they stand: no
   entry is copied to age it (lines 21-22).
 
+Each ball also keeps its layers indexed by ttl (a list, None where it has no
+layer), built once by whoever builds the ball (the sender, for a merged
+ball) and read by each of its K receivers: :func:`merge_balls` finds the
+layers of one ttl across the round's balls with one ``zip_longest`` of these
+lists, where sorting the parts of every ball by ttl cost about a tenth of
+the round at small n (hundreds of parts of a few copies each). A ball with a
+ttl that is not an int in ``[0, 4096)`` keeps no index (a ball built from
+arbitrary entries allocates no more than that), nor does a sparse ball (fewer
+parts than one per four ttls: the index would cost more memory than the
+parts); a merge that includes one sorts, as :func:`merge_parts` does; both
+give the same ball.
+
 Each layer carries bounds on its events' timestamps, a *floor* (at most the
 smallest) and a *top* (at least the largest), exact for a ball built from
 entries and derived, for a merged ball, from the bounds of the layers merged
@@ -32,7 +44,7 @@ never mutated once the ball exists.
 from __future__ import annotations
 
 from collections.abc import ItemsView, Iterable, Iterator, Mapping, ValuesView
-from itertools import chain, islice
+from itertools import chain, islice, zip_longest
 from operator import attrgetter, itemgetter
 from typing import TypeAlias
 
@@ -45,8 +57,43 @@ Part: TypeAlias = tuple[int, dict[EventId, Event], int, int]
 """A layer of a ball: ``(ttl, {event id: event}, floor, top)``, where every
 event's timestamp is at least ``floor`` and at most ``top``."""
 
+Dense: TypeAlias = list[dict[EventId, Event] | None]
+"""A ball's layers indexed by ttl: ``dense[ttl]`` is the layer of that ttl,
+or None where the ball has none."""
+
+_DENSE_TTLS = 4096
+"""Balls with a ttl at or above this (or one that is not an int, or negative)
+keep no dense index; merges that include one sort their parts instead. It
+bounds the index a ball built from arbitrary entries allocates."""
+
+_TTLS_PER_PART = 4
+"""Balls with fewer parts than one per this many index entries (a few events
+at high ttls, as in a large group with little traffic) keep no dense index
+either: it would cost more memory than their parts, for a merge of a few
+parts that sorting does cheaply."""
+
 _ts = attrgetter("ts")
 _ttl_of = itemgetter(0)
+_parts_attr = attrgetter("_parts")
+_dense_index = attrgetter("_dense")
+
+
+def _dense_of(parts: list[Part]) -> Dense | None:
+    """The dense index of ``parts`` (by increasing ttl), or None when a ttl
+    is not an int in ``[0, _DENSE_TTLS)``."""
+    if not parts:
+        return []
+    high = parts[-1][0]
+    if type(high) is not int or not 0 <= high < _DENSE_TTLS:
+        return None
+    if _TTLS_PER_PART * len(parts) <= high:
+        return None
+    dense: Dense = [None] * (high + 1)
+    for ttl, layer, _, _ in parts:
+        if type(ttl) is not int or ttl < 0:
+            return None
+        dense[ttl] = layer
+    return dense
 
 
 def _parts_of(layers: Iterable[tuple[int, dict[EventId, Event]]]) -> list[Part]:
@@ -85,9 +132,10 @@ class LayeredBall(Mapping[EventId, BallEntry]):
     layer by layer (by ttl), not in insertion order.
     """
 
-    __slots__ = ("_layers", "_parts", "_size", "max_ts")
+    __slots__ = ("_dense", "_layers", "_parts", "_size", "max_ts")
 
     _parts: list[Part]
+    _dense: Dense | None
     _layers: Layers | None
     _size: int
     max_ts: int
@@ -107,6 +155,7 @@ class LayeredBall(Mapping[EventId, BallEntry]):
                 layers[ttl] = layer = {}
             layer[eid] = event
         self._parts = _parts_of(sorted(layers.items()))
+        self._dense = _dense_of(self._parts)
         self._layers = None
         self._size = len(entries)
         self.max_ts = max(map(itemgetter(3), self._parts), default=0)
@@ -132,6 +181,23 @@ class LayeredBall(Mapping[EventId, BallEntry]):
         largest top)."""
         ball = cls.__new__(cls)
         ball._parts = parts
+        ball._dense = _dense_of(parts)
+        ball._layers = None
+        ball._size = size
+        ball.max_ts = max_ts
+        return ball
+
+    @classmethod
+    def _with_dense(
+        cls, parts: list[Part], dense: Dense | None, size: int, max_ts: int
+    ) -> LayeredBall:
+        """:meth:`_of_parts` with the dense index of ``parts`` given:
+        ``dense[ttl]`` is the layer of each part and None at every other
+        index (trailing Nones allowed; every ttl is an int at least 0), or
+        None for no index."""
+        ball = cls.__new__(cls)
+        ball._parts = parts
+        ball._dense = dense
         ball._layers = None
         ball._size = size
         ball.max_ts = max_ts
@@ -260,3 +326,82 @@ def merge_parts(sources: list[list[Part]], limit: int) -> tuple[list[Part], int,
         parts = _bounded(layers, entries[skip:])
     # The highest layer's top bounds every other (see _bounded).
     return parts, len(folded), max(map(itemgetter(3), parts))
+
+
+def merge_balls(balls: list[LayeredBall], limit: int, age: int = 0) -> LayeredBall:
+    """The copies of ``balls`` whose ttl is below ``limit``, the largest ttl
+    kept per event id (as :func:`merge_parts` computes them, with the same
+    bounds), every ttl raised by ``age``: the next ball when ``age`` is 1.
+
+    Each ball keeps its layers indexed by ttl (``_dense``, built once by
+    whoever builds the ball and shared by its receivers), so the layers of a
+    ttl across the balls are one ``zip_longest`` away: no sort of the
+    round's parts (hundreds at small n, a few copies each) and no statement
+    per part but the fold itself. A ball without the index (a ttl out of its
+    range) sends the whole merge through :func:`merge_parts`.
+    """
+    denses = list(map(_dense_index, balls))
+    if len(balls) < 2 or None in denses:
+        merged, size, max_ts = merge_parts(list(map(_parts_attr, balls)), limit)
+        if age:
+            merged = [(ttl + age, layer, low, high) for ttl, layer, low, high in merged]
+        return LayeredBall._of_parts(merged, size, max_ts)
+    groups = list(zip_longest(*denses))
+    # Parts at or above the limit are dropped (line 12); how many parts are
+    # merged decides how the bounds are found (as in merge_parts).
+    dropped = 0
+    for group in islice(groups, limit, None):
+        dropped += len(group) - group.count(None)
+    del groups[limit:]
+    count = sum(map(len, map(_parts_attr, balls))) - dropped
+    if not count:
+        return LayeredBall._of_parts([], 0, 0)
+    folded: dict[EventId, Event] = {}
+    # Size of `folded` after each ttl, from the highest ttl down.
+    cuts: list[int] = []
+    for group in reversed(groups):
+        for layer in group:
+            if layer is not None:
+                # dict.update without a method call (no argument tuple per layer).
+                folded |= layer
+        cuts.append(len(folded))
+    size = len(folded)
+    items = iter(folded.items())
+    start = 0
+    ttl = len(groups) + age
+    dense: Dense = [None] * ttl
+    parts: list[Part] = []
+    if size < _EVENTS_PER_PART * count:
+        # Few events, many parts: the merged events' timestamps, read once,
+        # give exact bounds (as _parts_of).
+        stamps = list(map(_ts, folded.values()))
+        for end in cuts:
+            ttl -= 1
+            if end != start:
+                layer = dict(islice(items, end - start))
+                seg = stamps[start:end]
+                parts.append((ttl, layer, min(seg), max(seg)))
+                dense[ttl] = layer
+                start = end
+        parts.reverse()
+        return LayeredBall._with_dense(parts, _unless_sparse(dense, parts), size, max(stamps))
+    layers: list[tuple[int, dict[EventId, Event]]] = []
+    for end in cuts:
+        ttl -= 1
+        if end != start:
+            layer = dict(islice(items, end - start))
+            layers.append((ttl - age, layer))
+            dense[ttl] = layer
+            start = end
+    layers.reverse()
+    entries = sorted(chain.from_iterable(map(_parts_attr, balls)), key=_ttl_of, reverse=True)
+    parts = _bounded(layers, entries[-count:])
+    if age:
+        parts = [(ttl + age, layer, low, high) for ttl, layer, low, high in parts]
+    top = max(map(itemgetter(3), parts))
+    return LayeredBall._with_dense(parts, _unless_sparse(dense, parts), size, top)
+
+
+def _unless_sparse(dense: Dense, parts: list[Part]) -> Dense | None:
+    """``dense``, or None for a sparse ball (see ``_TTLS_PER_PART``)."""
+    return None if _TTLS_PER_PART * len(parts) < len(dense) else dense

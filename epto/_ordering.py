@@ -169,7 +169,8 @@ class Ordering:
             parts = ball._parts if type(ball) is LayeredBall else LayeredBall(ball)._parts
             last = self.last_delivered_ts
             stale: list[Event] = []
-            buckets = self._buckets
+            bucket_of = self._buckets.get
+            small = _SMALL_LAYER
             for ttl, layer, floor, _ in parts:
                 birth = r - ttl
                 if floor <= last:
@@ -177,12 +178,12 @@ class Ordering:
                     continue
                 # No copy of this layer fails the timestamp test; those at
                 # the birth their event already has change nothing.
-                bucket = buckets.get(birth)
+                bucket = bucket_of(birth)
                 if bucket is None:
                     self._take(layer, birth, layer)
                     continue
                 # One call, which hashes every id again: cheap for a few.
-                if len(layer) < _SMALL_LAYER and bucket.issuperset(layer):
+                if len(layer) < small and bucket.issuperset(layer):
                     continue
                 rest = set(layer)
                 rest.difference_update(bucket)

@@ -38,10 +38,11 @@ import math
 import random
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
+from itertools import repeat
 
 import attrs
 
-from ._ball import CheckedBall, LayeredBall, Part, merge_parts
+from ._ball import CheckedBall, LayeredBall, merge_balls
 from ._config import Config
 from ._errors import LocalProtocolError
 from ._event import Ball, BallEntry, Delivery, Event, EventId, ProcessId
@@ -135,10 +136,10 @@ class Process:
         self._skew_ticks = math.floor(config.max_clock_skew * config.clock_resolution)
         self._rejected: dict[str, int] = {}
         self._next_seq = 0
-        # nextBall of Algorithm 1, kept lazily: the layers of the balls received
-        # this round (only those with a copy below TTL) and this round's own
-        # broadcasts; merged, keeping the larger ttl per id, when the round runs.
-        self._pending: list[list[Part]] = []
+        # nextBall of Algorithm 1, kept lazily: the balls received this round
+        # (only those with a copy below TTL) and this round's own broadcasts;
+        # merged, keeping the larger ttl per id, when the round runs.
+        self._pending: list[LayeredBall] = []
         self._own: dict[EventId, Event] = {}
         # Copies from balls that are not layered (e.g. decoded from bytes),
         # merged entry by entry as Algorithm 1 reads: id -> (event, ttl).
@@ -207,7 +208,12 @@ class Process:
         """
         self._balls_received += 1
         ceiling = self.ts_ceiling(now)
-        if type(ball) is not LayeredBall or not _layered_in_bounds(ball, ceiling):
+        if type(ball) is not LayeredBall or ball.max_ts > ceiling:
+            self._receive_entries(ball, ceiling, self.clock_cap(now))
+            return
+        dense = ball._dense
+        # A dense index holds every ttl of the ball in [0, len(dense)).
+        if (dense is None or len(dense) > TTL_MAX + 1) and not _ttls_in_bounds(ball):
             self._receive_entries(ball, ceiling, self.clock_cap(now))
             return
         max_ts = ball.max_ts
@@ -220,7 +226,7 @@ class Process:
         parts = ball._parts
         # Parts are in increasing ttl: the first says whether any is relayed.
         if parts and parts[0][0] < self._relay_ttl:
-            self._pending.append(parts)
+            self._pending.append(ball)
         self._entries_received += ball._size
 
     def ts_ceiling(self, now: float) -> int:
@@ -234,7 +240,8 @@ class Process:
             ceiling = math.floor(now * self._resolution) + 2 * self._skew_ticks
         else:
             ceiling = self._clock_base + 2 * self._clock_step
-        return min(ceiling, _TS_LIMIT)
+        # Called for every ball received: a comparison costs less than min().
+        return ceiling if ceiling < _TS_LIMIT else _TS_LIMIT
 
     def clock_cap(self, now: float) -> int:
         """The highest value received timestamps move the clock to at ``now``:
@@ -381,16 +388,18 @@ class Process:
         """How many events nextBall holds, computed without merging in place:
         :meth:`statistics` and :meth:`memory_sizes` change nothing, so that
         calling them never alters what the process later sends."""
-        return merge_parts(self._sources(), self._relay_ttl)[1]
+        return len(merge_balls(self._sources(), self._relay_ttl))
 
-    def _sources(self) -> list[list[Part]]:
-        """The parts of every pending copy: received balls, loose copies, own events."""
+    def _sources(self) -> list[LayeredBall]:
+        """Every pending copy as balls: received balls, loose copies, own events."""
         sources = list(self._pending)
         if self._loose:
-            sources.append(LayeredBall(self._loose)._parts)
+            sources.append(LayeredBall(self._loose))
         if self._own:
             stamps = [event.ts for event in self._own.values()]
-            sources.append([(0, self._own, min(stamps), max(stamps))])
+            top = max(stamps)
+            part = (0, self._own, min(stamps), top)
+            sources.append(LayeredBall._with_dense([part], [self._own], len(self._own), top))
         return sources
 
     def _run_round(self, now: float) -> None:
@@ -400,17 +409,15 @@ class Process:
             # Accepted timestamps the cap held back: catch up, one cap a round.
             self._clock = max(self._clock, min(self._behind, self.clock_cap(now)))
         # nextBall: every pending copy merged, larger ttl kept.
-        merged, size, max_ts = merge_parts(self._sources(), self._relay_ttl)
+        # Every copy aged by one: the merged layers move up one ttl, unchanged.
+        ball = merge_balls(self._sources(), self._relay_ttl, 1)
         self._pending = []
         self._loose = {}
         self._own = {}
-        if merged:
-            # Age every copy by one: the layers move up one ttl, unchanged.
-            aged = [(ttl + 1, layer, low, high) for ttl, layer, low, high in merged]
-            ball = LayeredBall._of_parts(aged, size, max_ts)
+        if ball:
             targets = self.peers.sample(self._fanout, self._rng)
             if targets:
-                self._outbox.extend((dest, ball) for dest in targets)
+                self._outbox.extend(zip(targets, repeat(ball)))
                 self._balls_sent += len(targets)
             else:
                 # Nobody to gossip to (a partial view emptied by churn or a
@@ -418,7 +425,7 @@ class Process:
                 # always there and would lose these copies; keep relaying them
                 # next round instead. Merging keeps the larger ttl and drops
                 # copies at TTL, so this cannot relay anything forever.
-                self._pending = [aged]
+                self._pending = [ball]
         else:
             ball = _EMPTY_BALL
         self._ordering.order(ball)
@@ -440,12 +447,10 @@ class Process:
         return self._ordering.held_event(eid)
 
 
-def _layered_in_bounds(ball: LayeredBall, ceiling: int) -> bool:
-    """Whether a layered ball can be taken whole: its timestamps and ttls are in
-    bounds. Its events are trusted to be well-formed (a layered ball is built
-    in this Python process; decoded balls are plain dicts, checked per entry)."""
-    if ball.max_ts > ceiling:
-        return False
+def _ttls_in_bounds(ball: LayeredBall) -> bool:
+    """Whether a layered ball's ttls are in ``[0, TTL_MAX]``. Its events are
+    trusted to be well-formed (a layered ball is built in this Python
+    process; decoded balls are plain dicts, checked per entry)."""
     parts = ball._parts
     if not parts:
         return True

@@ -299,6 +299,85 @@ def test_the_merge_keeps_the_largest_ttl_below_the_limit(
     assert max_ts == max((1 + eid[1] for eid in flat), default=0)
 
 
+@settings(derandomize=True, max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.dictionaries(
+            st.integers(-1, 9),
+            st.dictionaries(
+                st.tuples(st.integers(0, 3), st.integers(0, 5)), st.integers(0, 2), max_size=5
+            ),
+            max_size=7,
+        ),
+        max_size=7,
+    ),
+    st.integers(1, 9),
+    st.integers(0, 2),
+    st.sampled_from([0, 1, 2, 4, 1 << 30]),
+)
+def test_the_merge_by_dense_index_equals_the_merge_of_sorted_parts(
+    raw: list[dict[int, dict[EventId, int]]], limit: int, age: int, read_below: int
+) -> None:
+    """merge_balls (the layers of a ttl found by index) gives what merge_parts
+    (every part sorted by ttl) gives: the same layers in the same order, the
+    same event objects (copies of an id may differ: forged), the same bounds,
+    size and largest timestamp, and a dense index that matches the parts."""
+    import epto._ball
+    from epto._ball import merge_balls, merge_parts
+
+    balls = []
+    for ball in raw:
+        seen: set[EventId] = set()
+        layers = {}
+        for t, ids in sorted(ball.items()):
+            # The value picks one of three versions of the event (forged copies).
+            fresh = {
+                eid: ev(eid[0], eid[1], 1 + eid[1] + 10 * v)
+                for eid, v in ids.items()
+                if eid not in seen
+            }
+            seen |= fresh.keys()
+            if fresh:
+                layers[t] = fresh
+        balls.append(LayeredBall.from_layers(layers))
+
+    def shape(parts: list[tuple[int, dict[EventId, Event], int, int]]) -> object:
+        return [
+            (t, [(eid, id(event)) for eid, event in layer.items()], low, high)
+            for t, layer, low, high in parts
+        ]
+
+    exact = epto._ball._EVENTS_PER_PART
+    epto._ball._EVENTS_PER_PART = read_below
+    try:
+        merged = merge_balls(balls, limit, age)
+        parts, size, max_ts = merge_parts([ball._parts for ball in balls], limit)
+    finally:
+        epto._ball._EVENTS_PER_PART = exact
+    aged = [(t + age, layer, low, high) for t, layer, low, high in parts]
+    assert shape(merged._parts) == shape(aged)
+    assert len(merged) == size
+    assert merged.max_ts == max_ts
+    dense = merged._dense
+    if dense is not None:
+        by_ttl = {t: layer for t, layer, _, _ in merged._parts}
+        assert all(dense[t] is layer for t, layer in by_ttl.items())
+        assert all(layer is None for t, layer in enumerate(dense) if t not in by_ttl)
+
+
+def test_a_ball_with_a_ttl_out_of_range_or_few_parts_keeps_no_index() -> None:
+    import epto._ball
+
+    a, b = ev(1, 0, 3), ev(2, 0, 4)
+    assert LayeredBall({a.id: (a, 2), b.id: (b, 0)})._dense == [{b.id: b}, None, {a.id: a}]
+    assert LayeredBall({a.id: (a, -1)})._dense is None
+    assert LayeredBall({a.id: (a, epto._ball._DENSE_TTLS)})._dense is None
+    assert LayeredBall()._dense == []
+    # Sparse: fewer parts than one per four ttls up to the highest.
+    assert LayeredBall({a.id: (a, 3)})._dense == [None, None, None, {a.id: a}]
+    assert LayeredBall({a.id: (a, 4)})._dense is None
+
+
 class _NoPeersAtFirst:
     """A sampler with an empty view for its first ``empty_rounds`` calls."""
 
