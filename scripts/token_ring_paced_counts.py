@@ -38,7 +38,7 @@ def _worker(
     import trio
     from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
 
-    from epto.benchmarks.replication import _ring_formed
+    from epto.benchmarks.replication import _ring_formed, _trio_submit
 
     counts = {"steps": 0, "io_waits": 0, "writes": 0}
     counting = [False]
@@ -82,21 +82,8 @@ def _worker(
             latencies: list[float] = []
             submits: dict[Any, float] = {}
 
-            async def submit() -> None:
-                k = 0
-                while k < args.commands:
-                    delay = t0 + k / args.rate - time.time()
-                    if delay > 0:
-                        await trio.sleep(delay)
-                    now = time.time()
-                    end = min(args.commands, k + 64)
-                    while k < end and t0 + k / args.rate <= now:
-                        submits[node.broadcast(b"incr")] = time.time()
-                        k += 1
-                    await trio.lowlevel.checkpoint()
-
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(submit)
+                nursery.start_soon(_trio_submit, node, args, t0, submits)
                 n = 0
                 async for delivery in node:
                     n += 1
@@ -126,6 +113,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--commands", type=int, default=1500)
     p.add_argument("--rate", type=float, default=500.0)
+    p.add_argument("--submit-tick", type=float, default=0.005)
     p.add_argument("--profile", help="write the first worker's profile of the window here")
     args = p.parse_args()
     ctx = mp.get_context("spawn")
