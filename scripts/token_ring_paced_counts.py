@@ -5,10 +5,13 @@ replication``).
     python scripts/token_ring_paced_counts.py --commands 1500 --rate 500
 
 Each worker runs a ``TokenRingNode``, waits until the ring is formed, then
-submits ``--commands`` commands at ``--rate`` per second and counts, from its
-first submission until it applied every command of the three: the frames it
-sent and received (the node's statistics), its writes to sockets
-(``trio.SocketStream.send_all`` calls), trio's task steps and I/O waits (an
+submits ``--commands`` commands at ``--rate`` per second (the bench's
+submitter: one wake-up per ``--submit-tick``, default the node's
+``broadcast_hold``) and counts, from its first submission until it applied
+every command of the three: the frames it sent and received (the node's
+statistics), its writes to sockets by the links' tasks
+(``trio.SocketStream.send_all`` calls; the writes a turn makes at once on an
+idle stream are not among them), trio's task steps and I/O waits (an
 instrument) and its CPU seconds. The figures printed are sums over the three
 workers divided by the commands applied (3 x ``--commands``).
 """
@@ -83,7 +86,9 @@ def _worker(
             submits: dict[Any, float] = {}
 
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_trio_submit, node, args, t0, submits)
+                nursery.start_soon(
+                    _trio_submit, node, args, t0, submits, config.tokenring.broadcast_hold
+                )
                 n = 0
                 async for delivery in node:
                     n += 1
@@ -113,7 +118,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--commands", type=int, default=1500)
     p.add_argument("--rate", type=float, default=500.0)
-    p.add_argument("--submit-tick", type=float, default=0.005)
+    p.add_argument("--submit-tick", type=float, default=None)
     p.add_argument("--profile", help="write the first worker's profile of the window here")
     args = p.parse_args()
     ctx = mp.get_context("spawn")

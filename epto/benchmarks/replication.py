@@ -48,9 +48,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--submit-tick",
         type=float,
-        default=0.005,
+        default=None,
         help="least seconds between two wake-ups of a trio submitter (commands due meanwhile "
-        "are submitted together; their latency counts from when each was due)",
+        "are submitted together; their latency counts from when each was due); default: "
+        "the node's batching period (the token ring's broadcast_hold, EpTO's round)",
     )
     p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset")
     p.add_argument("--timeout", type=float, default=120.0)
@@ -96,19 +97,25 @@ def _pace(t0: float, k: int, rate: float) -> None:
 
 
 async def _trio_submit(
-    node: Any, args: argparse.Namespace, t0: float, submits: dict[tuple[int, int], float]
+    node: Any,
+    args: argparse.Namespace,
+    t0: float,
+    submits: dict[tuple[int, int], float],
+    period: float,
 ) -> None:
     """The schedule of every system, for a node on trio: command ``k`` is due
     at ``t0 + k / rate`` and counts as submitted then (its latency starts
-    there). The submitter wakes at most once per ``--submit-tick`` and
-    submits every command due by then, at most ``_BURST`` before letting the
-    node run: a trio wake-up costs about four times a thread's ``time.sleep``
-    (the PySyncObj submitter's), so one wake-up per command would charge the
-    node for the harness's pacing; the wait until the tick is part of the
-    latency measured."""
+    there). The submitter wakes at most once per ``--submit-tick`` (default
+    ``period``, the node's own batching period: a broadcast made sooner
+    waits in the node for it anyway) and submits every command due by then,
+    at most ``_BURST`` before letting the node run. A trio wake-up costs
+    about four times a thread's ``time.sleep`` (the PySyncObj submitter's),
+    so one wake-up per command would charge the node for the harness's
+    pacing; the wait until the tick is part of the latency measured."""
     import trio
 
-    rate, tick = args.rate, args.submit_tick
+    rate = args.rate
+    tick = period if args.submit_tick is None else args.submit_tick
     k = 0
     while k < args.commands:
         delay = t0 + k / rate - time.time() if rate > 0 else 0.0
@@ -194,7 +201,8 @@ def _epto_trio(
             cpu0 = time.process_time()
 
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_trio_submit, node, args, t0, submits)
+                period = config.epto.round_interval
+                nursery.start_soon(_trio_submit, node, args, t0, submits, period)
                 with trio.move_on_after(args.timeout):
                     async for delivery in node:
                         eid = delivery.event.id
@@ -248,7 +256,8 @@ def _token_ring(
             node_before = node.statistics()
 
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_trio_submit, node, args, t0, submits)
+                period = config.tokenring.broadcast_hold
+                nursery.start_soon(_trio_submit, node, args, t0, submits, period)
                 with trio.move_on_after(args.timeout):
                     async for delivery in node:
                         eid = delivery.event.id
