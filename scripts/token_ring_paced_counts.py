@@ -41,7 +41,7 @@ def _worker(
     import trio
     from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
 
-    from epto.benchmarks.replication import _ring_formed, _trio_submit
+    from epto.benchmarks.replication import _ring_config, _ring_formed, _trio_submit
 
     counts = {"steps": 0, "io_waits": 0, "writes": 0}
     counting = [False]
@@ -68,7 +68,9 @@ def _worker(
     profiler = cProfile.Profile(time.process_time)
     members = {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(ports)}
     pid = index + 1
-    config = TokenRingNodeConfig(pid=pid, bind=members[pid], members=members, seed=pid)
+    config = TokenRingNodeConfig(
+        pid=pid, bind=members[pid], members=members, tokenring=_ring_config(args), seed=pid
+    )
     total = 3 * args.commands
     out: dict[str, Any] = {}
 
@@ -119,6 +121,8 @@ def main() -> None:
     p.add_argument("--commands", type=int, default=1500)
     p.add_argument("--rate", type=float, default=500.0)
     p.add_argument("--submit-tick", type=float, default=None)
+    p.add_argument("--token-hold", type=float, default=None)
+    p.add_argument("--broadcast-hold", type=float, default=None)
     p.add_argument("--profile", help="write the first worker's profile of the window here")
     args = p.parse_args()
     ctx = mp.get_context("spawn")

@@ -53,6 +53,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "are submitted together; their latency counts from when each was due); default: "
         "the node's batching period (the token ring's broadcast_hold, EpTO's round)",
     )
+    p.add_argument(
+        "--token-hold",
+        type=float,
+        default=None,
+        help="TokenRingConfig.token_hold of the token ring (default: the config's)",
+    )
+    p.add_argument(
+        "--broadcast-hold",
+        type=float,
+        default=None,
+        help="TokenRingConfig.broadcast_hold of the token ring (default: the config's)",
+    )
     p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset")
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument(
@@ -232,7 +244,9 @@ def _token_ring(
 
     members = _loopback_members(ports)
     pid = index + 1
-    config = TokenRingNodeConfig(pid=pid, bind=members[pid], members=members, seed=pid)
+    config = TokenRingNodeConfig(
+        pid=pid, bind=members[pid], members=members, tokenring=_ring_config(args), seed=pid
+    )
     total = 3 * args.commands
     applied: dict[tuple[int, int], float] = {}
     order: list[tuple[int, int]] = []
@@ -293,6 +307,14 @@ def _token_ring(
         "dropped": result.get("dropped", 0),
         "dropped_before": result.get("dropped_before", 0),
     }
+
+
+def _ring_config(args: argparse.Namespace) -> Any:
+    """The token ring's configuration: the defaults, but for the holds given."""
+    from epto.tokenring import TokenRingConfig
+
+    holds = {"token_hold": args.token_hold, "broadcast_hold": args.broadcast_hold}
+    return TokenRingConfig(**{k: v for k, v in holds.items() if v is not None})
 
 
 async def _ring_formed(node: Any, size: int, timeout: float) -> None:

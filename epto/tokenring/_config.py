@@ -61,10 +61,10 @@ class TokenRingConfig:
     """
 
     k: int | None = None
-    token_hold: float = attrs.field(default=0.05, validator=_non_negative)
+    token_hold: float = attrs.field(default=0.005, validator=_non_negative)
     """How long the holder keeps the token before sequencing and passing it;
     messages received meanwhile are sequenced together."""
-    broadcast_hold: float = attrs.field(default=0.05, validator=_non_negative)
+    broadcast_hold: float = attrs.field(default=0.005, validator=_non_negative)
     """Least time between two sends of this member's own broadcasts: a
     broadcast made sooner than this after the previous send waits (at most
     this long) and leaves with the others made meanwhile, in one message per

@@ -52,12 +52,7 @@ def hostile_run(
     ``allowed_joiners`` keeps them out. Returns the cluster and the steps sent."""
     rng = random.Random(seed)
     members = tuple(range(n))
-    # Holds of 5 ms: how many live outsiders an open group admits within the
-    # run depends on how many view changes fit in it (each admits at most a
-    # minority of the view), and the bound asserted below was set for these.
-    config = TokenRingConfig(
-        allowed_joiners=None if open_group else members, token_hold=0.005, broadcast_hold=0.005
-    )
+    config = TokenRingConfig(allowed_joiners=None if open_group else members)
     cluster = TokenRingCluster(n, config, seed=seed, delay=(0.0005, 0.003))
     t, i = 0.02, 0
     while t < 0.02 + steps * 0.0005:
