@@ -56,12 +56,12 @@ class Outbox:
     __slots__ = (
         "_cap",
         "_flush_at",
+        "_hb_sent",
         "_hold",
         "_last_flush",
         "_latest",
         "_links",
         "_out",
-        "_hb_sent",
         "_replied",
         "_s",
         "_spoke",
