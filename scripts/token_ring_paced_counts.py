@@ -5,10 +5,13 @@ replication``).
     python scripts/token_ring_paced_counts.py --commands 1500 --rate 500
 
 Each worker runs a ``TokenRingNode``, waits until the ring is formed, then
-submits ``--commands`` commands at ``--rate`` per second and counts, from its
-first submission until it applied every command of the three: the frames it
-sent and received (the node's statistics), its writes to sockets
-(``trio.SocketStream.send_all`` calls), trio's task steps and I/O waits (an
+submits ``--commands`` commands at ``--rate`` per second (the bench's
+submitter: one wake-up per ``--submit-tick``, default the node's
+``broadcast_hold``) and counts, from its first submission until it applied
+every command of the three: the frames it sent and received (the node's
+statistics), its writes to sockets by the links' tasks
+(``trio.SocketStream.send_all`` calls; the writes a turn makes at once on an
+idle stream are not among them), trio's task steps and I/O waits (an
 instrument) and its CPU seconds. The figures printed are sums over the three
 workers divided by the commands applied (3 x ``--commands``).
 """
@@ -38,7 +41,7 @@ def _worker(
     import trio
     from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
 
-    from epto.benchmarks.replication import _ring_formed
+    from epto.benchmarks.replication import _ring_config, _ring_formed, _trio_submit
 
     counts = {"steps": 0, "io_waits": 0, "writes": 0}
     counting = [False]
@@ -65,7 +68,9 @@ def _worker(
     profiler = cProfile.Profile(time.process_time)
     members = {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(ports)}
     pid = index + 1
-    config = TokenRingNodeConfig(pid=pid, bind=members[pid], members=members, seed=pid)
+    config = TokenRingNodeConfig(
+        pid=pid, bind=members[pid], members=members, tokenring=_ring_config(args), seed=pid
+    )
     total = 3 * args.commands
     out: dict[str, Any] = {}
 
@@ -82,21 +87,10 @@ def _worker(
             latencies: list[float] = []
             submits: dict[Any, float] = {}
 
-            async def submit() -> None:
-                k = 0
-                while k < args.commands:
-                    delay = t0 + k / args.rate - time.time()
-                    if delay > 0:
-                        await trio.sleep(delay)
-                    now = time.time()
-                    end = min(args.commands, k + 64)
-                    while k < end and t0 + k / args.rate <= now:
-                        submits[node.broadcast(b"incr")] = time.time()
-                        k += 1
-                    await trio.lowlevel.checkpoint()
-
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(submit)
+                nursery.start_soon(
+                    _trio_submit, node, args, t0, submits, config.tokenring.broadcast_hold
+                )
                 n = 0
                 async for delivery in node:
                     n += 1
@@ -126,6 +120,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--commands", type=int, default=1500)
     p.add_argument("--rate", type=float, default=500.0)
+    p.add_argument("--submit-tick", type=float, default=None)
+    p.add_argument("--token-hold", type=float, default=None)
+    p.add_argument("--broadcast-hold", type=float, default=None)
     p.add_argument("--profile", help="write the first worker's profile of the window here")
     args = p.parse_args()
     ctx = mp.get_context("spawn")

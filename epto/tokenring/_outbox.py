@@ -20,7 +20,12 @@ Rules:
   broadcasts: the token it passes carries them out, and they are sequenced
   then anyway). A broadcast is held at most ``broadcast_hold``, or, at the
   token's holder, until it passes the token (at most ``token_hold``).
-* A heartbeat goes to every other member every ``heartbeat_interval``; a
+* A heartbeat goes to every other member every ``heartbeat_interval``,
+  except to a member this process sent another message since the last
+  round (any message proves it alive: the failure detector hears every
+  one) whose last heartbeat is younger than ``max(fetch_timeout,
+  suspect_timeout / 2)`` (the link session's counters, the delivered
+  watermark and the configuration still go out that often); a
   heartbeat that reports a loss on our link is answered at once, and one that
   says the peer lacks ours is answered with them, framed by two heartbeats
   that number them.
@@ -51,6 +56,7 @@ class Outbox:
     __slots__ = (
         "_cap",
         "_flush_at",
+        "_hb_sent",
         "_hold",
         "_last_flush",
         "_latest",
@@ -58,6 +64,7 @@ class Outbox:
         "_out",
         "_replied",
         "_s",
+        "_spoke",
         "_unsent",
         "arrived",
         "hb_at",
@@ -84,6 +91,10 @@ class Outbox:
         self._replied: dict[ProcessId, float] = {}
         self.hb_at = now
         """When the next heartbeats are due (written only here)."""
+        self._spoke: set[ProcessId] = set()
+        """Destinations of messages sent since the last heartbeat round."""
+        self._hb_sent: dict[ProcessId, float] = {}
+        """When the last heartbeat went to each member."""
         self.arrived: Callable[[ProcessId, Message], None] = self._links.arrived
         """Count a message that arrived (the link sessions' own method, bound
         here: it runs once per message received)."""
@@ -96,6 +107,7 @@ class Outbox:
             self.flush()
         self._out.append((dest, message))
         self._links.sent(dest, message)
+        self._spoke.add(dest)
         self._s.counts.sent += 1
 
     def send_all(self, message: Message, skip: ProcessId | None = None) -> None:
@@ -185,10 +197,24 @@ class Outbox:
         if now < self.hb_at:
             return False
         s = self._s
+        cfg = s.cfg
+        if self._unsent:
+            # Numbered before the heartbeats that count them.
+            self.flush()
+        spoke = self._spoke
+        sent = self._hb_sent
+        # Heard from anyway: a heartbeat only to refresh the counters it carries.
+        refresh = now - max(cfg.fetch_timeout, cfg.suspect_timeout / 2)
         for p in s.config.members:
-            if p != s.pid:
+            if p != s.pid and (p not in spoke or sent.get(p, -math.inf) <= refresh):
                 self.send(p, self._heartbeat(p))
-        self.hb_at = now + s.cfg.heartbeat_interval
+                sent[p] = now
+        # After the heartbeats: they do not count for the next round.
+        self._spoke = set()
+        if len(sent) > len(s.config.members):
+            members = s.config.members
+            self._hb_sent = {p: t for p, t in sent.items() if p in members}
+        self.hb_at = now + cfg.heartbeat_interval
         return True
 
     def _heartbeat(self, dest: ProcessId) -> Heartbeat:
@@ -212,6 +238,8 @@ class Outbox:
             self._out.append((sender, last))
             s.counts.sent += 2 + len(again)
         elif answer:
+            if self._unsent:
+                self.flush()  # numbered before the heartbeat that counts them
             self.send(sender, self._heartbeat(sender))
         if msg.instance > s.config.instance:
             self.rate_limited(sender, ConfigRequest(), now)

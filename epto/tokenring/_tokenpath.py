@@ -15,7 +15,10 @@ Rules:
   (``accepted_hop``), acknowledging a retransmission of one it accepted.
 * The holder keeps the token ``token_hold`` (``pass_at``), or passes it at
   once when a full batch is waiting that this visit could sequence and the
-  window has room for it or can drain (:meth:`TokenPath.hurry`). A visit
+  window has room for it or can drain (:meth:`TokenPath.hurry`). An idle
+  token (nothing to sequence, everything sequenced deliverable) is kept up
+  to ``token_timeout / (2 * core size)``, and leaves ``token_hold`` after a
+  message arrives (:meth:`TokenPath.hold`). A visit
   sequences what the window allows: at most ``max_unstable_messages`` and
   ``max_unstable_bytes`` (:meth:`TokenPath.window_room`).
 * A token passed (``passed``) is sent again to the same member every
@@ -252,7 +255,22 @@ class TokenPath:
         self._take(accepted, state.stable)
         self.token = accepted
         # With a full batch waiting, pass at once (see hurry_token).
-        self.pass_at = now if self.hurry(accepted, now) else now + s.cfg.token_hold
+        self.pass_at = now if self.hurry(accepted, now) else now + self.hold(accepted)
+
+    def hold(self, token: TokenState) -> float:
+        """How long the holder keeps ``token`` before passing it: ``token_hold``,
+        or, while it is idle (nothing here to sequence and every message it
+        sequenced may be delivered), up to ``token_timeout / (2 * core size)``:
+        passing it would only carry the window's holders round, and a message
+        that arrives meanwhile makes it leave ``token_hold`` later
+        (:meth:`hurry_token`). Each core member still sees the token at least
+        every ``token_timeout / 2``, so its loss is still told from an idle
+        ring (:meth:`wants_change`)."""
+        s = self._s
+        cfg = s.cfg
+        if s.book.pool or token.stable < token.next_seq:
+            return cfg.token_hold
+        return max(cfg.token_hold, cfg.token_timeout / (2 * len(s.config.core)))
 
     def hurry_token(self, now: float) -> None:
         """A message arrived or was broadcast: pass sooner if that helps."""
@@ -262,7 +280,8 @@ class TokenPath:
         if self.hurry(token, now):
             # A full batch is waiting: holding the token longer gains nothing.
             self.pass_at = min(self.pass_at, now)
-        elif len(self._s.config.core) == 1:
+        else:
+            # An idle token (see hold) leaves token_hold after the first message.
             self.pass_at = min(self.pass_at, now + self._s.cfg.token_hold)
 
     def _order(self, now: float) -> Iterable[EventId]:
