@@ -37,6 +37,11 @@ Rules:
   the order. Read-your-writes: ``await call(...)`` returns once the command
   is applied here. ``ReplicaConfig.on_applied`` is called after each command
   applied and each state restored (the editor's server uses it).
+
+Size: one class whose parts share its state: applying, calls, fetching and
+auditing all take the same apply lock and complete the same pending calls
+(the transfer protocol, configuration and durability are modules of their
+own already).
 """
 
 from __future__ import annotations
