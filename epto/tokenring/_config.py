@@ -75,6 +75,17 @@ class TokenRingConfig:
     ``token_hold`` later. 0: broadcasts leave at the driver's next pull. Not
     applied with ``optimistic`` delivery, whose delay plans assume
     broadcasts leave at once (docs/token-ring.md, *Broadcast*)."""
+    max_hold: float = attrs.field(default=0.05, validator=_non_negative)
+    """Longest the two holds above grow to under a sustained load (each is
+    then its floor): a member with several own broadcasts in flight (not
+    delivered back to it yet) holds new ones ``broadcast_hold`` times their
+    number, and a holder whose token carries several messages sequenced in
+    the last round keeps it ``token_hold`` times their number, both at most
+    ``max_hold`` (the token also at most ``token_timeout / (2 * core
+    size)``). One command in flight at a time (a sequential caller) keeps
+    the floors; a stream's frames and wake-ups per command fall with the
+    longer holds, its latency grows with them. A hold whose floor is
+    ``max_hold`` or more does not adapt (0: neither does)."""
     heartbeat_interval: float = attrs.field(default=0.05, validator=_positive)
     """Every member sends a heartbeat to every other member this often."""
     suspect_timeout: float = attrs.field(default=0.3, validator=_positive)
@@ -202,6 +213,7 @@ class TokenRingConfig:
         example 1000 for a caller whose unit is the millisecond)."""
         times = (
             "token_hold",
+            "max_hold",
             "heartbeat_interval",
             "suspect_timeout",
             "exclude_timeout",
