@@ -18,8 +18,11 @@ Rules:
   broadcast made in the second half of that hold, and not before
   ``not_before`` (the holder's own
   broadcasts: the token it passes carries them out, and they are sequenced
-  then anyway). A broadcast is held at most ``broadcast_hold``, or, at the
-  token's holder, until it passes the token (at most ``token_hold``).
+  then anyway). A broadcast is held at most the hold in force when it was
+  made, or, at the token's holder, until it passes the token. The hold is
+  ``broadcast_hold`` times the own broadcasts in flight (not delivered back
+  here yet), at most ``max_hold`` (:meth:`Outbox.hold`): a sequential caller
+  keeps the floor, a stream holds longer.
 * A heartbeat goes to every other member every ``heartbeat_interval``,
   except to a member this process sent another message since the last
   round (any message proves it alive: the failure detector hears every
