@@ -75,7 +75,7 @@ class TokenRingConfig:
     ``token_hold`` later. 0: broadcasts leave at the driver's next pull. Not
     applied with ``optimistic`` delivery, whose delay plans assume
     broadcasts leave at once (docs/token-ring.md, *Broadcast*)."""
-    max_hold: float = attrs.field(default=0.05, validator=_non_negative)
+    max_hold: float = attrs.field(default=0.1, validator=_non_negative)
     """Longest the two holds above grow to under a sustained load (each is
     then its floor): a member with several own broadcasts in flight (not
     delivered back to it yet) holds new ones ``broadcast_hold`` times their

@@ -279,11 +279,13 @@ class TokenPath:
 
     def busy_hold(self, token: TokenState) -> float:
         """How long the holder keeps ``token`` with something to sequence:
-        ``token_hold``, or, when its window carries ``n > 1`` messages (those
-        sequenced in about the last round: a batch leaves the window once
-        every core member accepted it), ``n * token_hold``, at most
-        ``max_hold`` and ``token_timeout / (2 * core size)``. A lone message
-        (a sequential caller) is passed on at the floor; a steady stream
+        ``token_hold``, or, when its window carries ``n`` messages, at least
+        as many as the core has members (the window holds those sequenced in
+        about the last round: a batch leaves it once every core member
+        accepted it), ``n * token_hold``, at most ``max_hold`` and
+        ``token_timeout / (2 * core size)``. A sequential caller (one message
+        in flight, so at most one per visit, in the window for fewer visits
+        than the core has members) is passed on at the floor; a steady stream
         makes every visit longer, so each token move, acknowledgement and
         order notice carries more messages, and the hold comes back to the
         floor within a round of the stream's end. Derived from the token
@@ -292,12 +294,13 @@ class TokenPath:
         floor = cfg.token_hold
         if cfg.max_hold <= floor or len(token.batches) == 0:
             return floor
+        core = len(self._s.config.core)
         n = 0
         for b in token.batches:
             n += len(b.ids)
-        if n <= 1:
+        if n < core:
             return floor
-        bound = min(cfg.max_hold, cfg.token_timeout / (2 * len(self._s.config.core)))
+        bound = min(cfg.max_hold, cfg.token_timeout / (2 * core))
         return max(floor, min(bound, n * floor))
 
     def hurry_token(self, now: float) -> None:

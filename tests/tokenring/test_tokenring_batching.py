@@ -355,14 +355,15 @@ def test_a_sequential_callers_holds_stay_at_the_floor() -> None:
     """One command in flight: the same latencies, command for command, as with
     the fixed holds (``max_hold`` 0), and each within a token hold of its
     broadcast (zero-delay links)."""
-    runs = []
-    for max_hold in (0.0, TokenRingConfig().max_hold):
-        procs = _ring(max_hold=max_hold)
-        net = Net(procs)
-        net.run(0.3)
-        runs.append(_sequential(net, procs[2], 60, 0.0005))
-    assert runs[0] == runs[1]
-    assert max(runs[1]) <= TokenRingConfig().token_hold + 0.001
+    for caller in (1, 2, 3):
+        runs = []
+        for max_hold in (0.0, TokenRingConfig().max_hold):
+            procs = _ring(max_hold=max_hold)
+            net = Net(procs)
+            net.run(0.3)
+            runs.append(_sequential(net, procs[caller], 60, 0.0005))
+        assert runs[0] == runs[1]
+        assert max(runs[1]) <= TokenRingConfig().token_hold + 0.001
 
 
 def test_a_streams_holds_grow_to_max_hold_and_shrink_back() -> None:
@@ -396,9 +397,12 @@ def test_a_streams_holds_grow_to_max_hold_and_shrink_back() -> None:
     net.run(end + 0.5)
     orders = list(net.delivered.values())
     assert all(len(o) == 3 * 500 for o in orders) and orders[0] == orders[1] == orders[2]
-    # Then the holds are back at the floor: a sequential caller's latencies.
-    later = _sequential(net, procs[3], 30, 0.0005)
-    assert max(later) <= cfg.token_hold + 0.001
+    # Then the holds are back at the floors: a sequential caller waits at most
+    # one broadcast_hold (its previous broadcast left just before) and one
+    # token_hold, far from max_hold.
+    for caller in procs.values():
+        later = _sequential(net, caller, 30, 0.0005)
+        assert max(later) <= cfg.broadcast_hold + cfg.token_hold + 0.001
     assert all(
         p.statistics().light_changes == p.statistics().full_changes == 0 for p in procs.values()
     )
