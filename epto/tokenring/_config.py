@@ -63,7 +63,8 @@ class TokenRingConfig:
     k: int | None = None
     token_hold: float = attrs.field(default=0.005, validator=_non_negative)
     """How long the holder keeps the token before sequencing and passing it;
-    messages received meanwhile are sequenced together."""
+    messages received meanwhile are sequenced together. The floor of an
+    adaptive hold (``max_hold``)."""
     broadcast_hold: float = attrs.field(default=0.005, validator=_non_negative)
     """Least time between two sends of this member's own broadcasts: a
     broadcast made sooner than this after the previous send waits (at most
@@ -71,8 +72,9 @@ class TokenRingConfig:
     member. A broadcast after a quiet period leaves at the driver's next
     pull; held broadcasts also leave with anything else this member sends (an
     order notice, a heartbeat); at the token's holder they leave with the
-    token it passes (which sequences them then anyway), at most
-    ``token_hold`` later. 0: broadcasts leave at the driver's next pull. Not
+    token it passes (which sequences them then anyway), at most the token's
+    hold later. The floor of an adaptive hold (``max_hold``). 0: broadcasts
+    leave at the driver's next pull. Not
     applied with ``optimistic`` delivery, whose delay plans assume
     broadcasts leave at once (docs/token-ring.md, *Broadcast*)."""
     max_hold: float = attrs.field(default=0.1, validator=_non_negative)

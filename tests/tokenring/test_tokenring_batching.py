@@ -10,7 +10,9 @@ import random
 from collections import deque
 from collections.abc import Callable
 
-from epto import Event
+import pytest
+
+from epto import ConfigurationError, Event
 from epto.check import check
 from epto.tokenring import TokenRingConfig, TokenRingProcess
 from epto.tokenring._messages import Batch, Data, DataBatch, Heartbeat, Message, Token
@@ -441,3 +443,19 @@ def test_longer_holds_keep_the_failure_detection_bounds() -> None:
     last = procs[1].broadcast(b"after", net.t)
     net.run(net.t + 0.1)
     assert last in net.delivered[1] and last in net.delivered[2]
+
+
+def test_max_hold_is_validated_and_scaled() -> None:
+    with pytest.raises(ConfigurationError):
+        TokenRingConfig(max_hold=-0.001)
+    assert TokenRingConfig().scaled(1000).max_hold == TokenRingConfig().max_hold * 1000
+    # A floor at or above max_hold does not adapt: the fixed hold.
+    procs = _ring(broadcast_hold=0.004, max_hold=0.002)
+    proc = procs[2]
+    proc.handle_timer(0.0)
+    proc.messages_to_send()
+    proc.broadcast(b"a", 0.0)
+    proc.messages_to_send()
+    proc.broadcast(b"b", 0.001)
+    proc.broadcast(b"c", 0.0015)
+    assert proc.get_timer() == 0.004
