@@ -77,9 +77,10 @@ class TokenRingConfig:
     leave at the driver's next pull. Not
     applied with ``optimistic`` delivery, whose delay plans assume
     broadcasts leave at once (docs/token-ring.md, *Broadcast*)."""
-    max_hold: float = attrs.field(default=0.1, validator=_non_negative)
+    max_hold: float = attrs.field(default=0.0, validator=_non_negative)
     """Longest the two holds above grow to under a sustained load (each is
-    then its floor): a member with several own broadcasts in flight (not
+    then its floor); 0 (the default): they do not grow. A member with
+    several own broadcasts in flight (not
     delivered back to it yet) holds new ones ``broadcast_hold`` times their
     number, and a holder whose token carries several messages sequenced in
     the last round keeps it ``token_hold`` times their number, both at most
@@ -87,7 +88,10 @@ class TokenRingConfig:
     size)``). One command in flight at a time (a sequential caller) keeps
     the floors; a stream's frames and wake-ups per command fall with the
     longer holds, its latency grows with them. A hold whose floor is
-    ``max_hold`` or more does not adapt (0: neither does)."""
+    ``max_hold`` or more does not adapt. Not the default: a caller that keeps
+    several commands in flight and waits for them (a closed loop) has them
+    held too, and its throughput falls with the longer latency
+    (docs/benchmarks-replication.md, *Adaptive holds*)."""
     heartbeat_interval: float = attrs.field(default=0.05, validator=_positive)
     """Every member sends a heartbeat to every other member this often."""
     suspect_timeout: float = attrs.field(default=0.3, validator=_positive)

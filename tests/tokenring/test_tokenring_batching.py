@@ -324,6 +324,9 @@ def test_heartbeats_skip_members_that_other_messages_reached() -> None:
 
 # -- adaptive holds (max_hold) ------------------------------------------------
 
+ADAPTIVE = 0.1
+"""A ``max_hold`` that lets the holds grow (the default, 0, keeps them fixed)."""
+
 
 def _sequential(net: Net, caller: TokenRingProcess, commands: int, step: float) -> list[float]:
     """One command in flight at a time: broadcast, wait for its delivery at
@@ -359,7 +362,7 @@ def test_a_sequential_callers_holds_stay_at_the_floor() -> None:
     broadcast (zero-delay links)."""
     for caller in (1, 2, 3):
         runs = []
-        for max_hold in (0.0, TokenRingConfig().max_hold):
+        for max_hold in (0.0, ADAPTIVE):
             procs = _ring(max_hold=max_hold)
             net = Net(procs)
             net.run(0.3)
@@ -369,8 +372,8 @@ def test_a_sequential_callers_holds_stay_at_the_floor() -> None:
 
 
 def test_a_streams_holds_grow_to_max_hold_and_shrink_back() -> None:
-    cfg = TokenRingConfig()
-    procs = _ring()
+    cfg = TokenRingConfig(max_hold=ADAPTIVE)
+    procs = _ring(max_hold=ADAPTIVE)
     net = TimedNet(procs)
     net.run(0.3)
     start = net.t
@@ -414,8 +417,8 @@ def test_longer_holds_keep_the_failure_detection_bounds() -> None:
     """With a token_timeout short against max_hold, a stream's token still
     reaches every member within token_timeout / 2 (no view change), and a
     member that goes silent mid-stream is still moved out of the core."""
-    cfg = TokenRingConfig(token_timeout=0.06)
-    procs = _ring(token_timeout=0.06)
+    cfg = TokenRingConfig(token_timeout=0.06, max_hold=ADAPTIVE)
+    procs = _ring(token_timeout=0.06, max_hold=ADAPTIVE)
     net = TimedNet(procs)
     net.run(0.3)
     start = net.t
@@ -448,7 +451,8 @@ def test_longer_holds_keep_the_failure_detection_bounds() -> None:
 def test_max_hold_is_validated_and_scaled() -> None:
     with pytest.raises(ConfigurationError):
         TokenRingConfig(max_hold=-0.001)
-    assert TokenRingConfig().scaled(1000).max_hold == TokenRingConfig().max_hold * 1000
+    assert TokenRingConfig(max_hold=ADAPTIVE).scaled(1000).max_hold == ADAPTIVE * 1000
+    assert TokenRingConfig().max_hold == 0.0  # fixed holds by default
     # A floor at or above max_hold does not adapt: the fixed hold.
     procs = _ring(broadcast_hold=0.004, max_hold=0.002)
     proc = procs[2]
