@@ -7,7 +7,8 @@ replication``).
 Each worker runs a ``TokenRingNode``, waits until the ring is formed, then
 submits ``--commands`` commands at ``--rate`` per second (the bench's
 submitter: one wake-up per ``--submit-tick``, default the node's
-``broadcast_hold``) and counts, from its first submission until it applied
+batching period under a paced stream, ``max(broadcast_hold, max_hold)``)
+and counts, from its first submission until it applied
 every command of the three: the frames it sent and received (the node's
 statistics), its writes to sockets by the links' tasks
 (``trio.SocketStream.send_all`` calls; the writes a turn makes at once on an
@@ -41,7 +42,7 @@ def _worker(
     import trio
     from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
 
-    from epto.benchmarks.replication import _ring_config, _ring_formed, _trio_submit
+    from epto.benchmarks.replication import _ring_config, _ring_formed, _ring_period, _trio_submit
 
     counts = {"steps": 0, "io_waits": 0, "writes": 0}
     counting = [False]
@@ -89,7 +90,7 @@ def _worker(
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(
-                    _trio_submit, node, args, t0, submits, config.tokenring.broadcast_hold
+                    _trio_submit, node, args, t0, submits, _ring_period(config.tokenring)
                 )
                 n = 0
                 async for delivery in node:
@@ -123,6 +124,7 @@ def main() -> None:
     p.add_argument("--submit-tick", type=float, default=None)
     p.add_argument("--token-hold", type=float, default=None)
     p.add_argument("--broadcast-hold", type=float, default=None)
+    p.add_argument("--max-hold", type=float, default=None)
     p.add_argument("--profile", help="write the first worker's profile of the window here")
     args = p.parse_args()
     ctx = mp.get_context("spawn")

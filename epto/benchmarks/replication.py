@@ -51,7 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="least seconds between two wake-ups of a trio submitter (commands due meanwhile "
         "are submitted together; their latency counts from when each was due); default: "
-        "the node's batching period (the token ring's broadcast_hold, EpTO's round)",
+        "the node's batching period (the token ring's broadcast_hold grown to max_hold, "
+        "as it is under a paced stream; EpTO's round)",
     )
     p.add_argument(
         "--token-hold",
@@ -64,6 +65,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         help="TokenRingConfig.broadcast_hold of the token ring (default: the config's)",
+    )
+    p.add_argument(
+        "--max-hold",
+        type=float,
+        default=None,
+        help="TokenRingConfig.max_hold of the token ring (default: the config's; 0: fixed holds)",
     )
     p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset")
     p.add_argument("--timeout", type=float, default=120.0)
@@ -270,7 +277,7 @@ def _token_ring(
             node_before = node.statistics()
 
             async with trio.open_nursery() as nursery:
-                period = config.tokenring.broadcast_hold
+                period = _ring_period(config.tokenring)
                 nursery.start_soon(_trio_submit, node, args, t0, submits, period)
                 with trio.move_on_after(args.timeout):
                     async for delivery in node:
@@ -313,8 +320,20 @@ def _ring_config(args: argparse.Namespace) -> Any:
     """The token ring's configuration: the defaults, but for the holds given."""
     from epto.tokenring import TokenRingConfig
 
-    holds = {"token_hold": args.token_hold, "broadcast_hold": args.broadcast_hold}
+    holds = {
+        "token_hold": args.token_hold,
+        "broadcast_hold": args.broadcast_hold,
+        "max_hold": args.max_hold,
+    }
     return TokenRingConfig(**{k: v for k, v in holds.items() if v is not None})
+
+
+def _ring_period(ring: Any) -> float:
+    """The token ring's batching period under a paced stream: its
+    ``broadcast_hold``, grown to ``max_hold`` while several of a member's
+    broadcasts are in flight (a paced stream's are)."""
+    hold: float = ring.broadcast_hold
+    return max(hold, ring.max_hold) if hold else hold
 
 
 async def _ring_formed(node: Any, size: int, timeout: float) -> None:

@@ -79,6 +79,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="token ring: TokenRingConfig.exclude_timeout (default: the library's)",
     )
+    p.add_argument(
+        "--max-hold",
+        type=float,
+        default=None,
+        help="token ring: TokenRingConfig.max_hold (default: the library's, fixed holds)",
+    )
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument(
         "--quick",
@@ -248,9 +254,8 @@ def _node_configs(system: str, ports: list[int], members: int, args: argparse.Na
 def _ring_config(args: argparse.Namespace) -> Any:
     from epto.tokenring import TokenRingConfig
 
-    if args.exclude_timeout is None:
-        return TokenRingConfig()
-    return TokenRingConfig(exclude_timeout=args.exclude_timeout)
+    fields = {"exclude_timeout": args.exclude_timeout, "max_hold": args.max_hold}
+    return TokenRingConfig(**{k: v for k, v in fields.items() if v is not None})
 
 
 def _syncobj(ports: list[int], index: int, conf: Any, machine: Any) -> Any:

@@ -63,7 +63,8 @@ class TokenRingConfig:
     k: int | None = None
     token_hold: float = attrs.field(default=0.005, validator=_non_negative)
     """How long the holder keeps the token before sequencing and passing it;
-    messages received meanwhile are sequenced together."""
+    messages received meanwhile are sequenced together. The floor of an
+    adaptive hold (``max_hold``)."""
     broadcast_hold: float = attrs.field(default=0.005, validator=_non_negative)
     """Least time between two sends of this member's own broadcasts: a
     broadcast made sooner than this after the previous send waits (at most
@@ -71,10 +72,26 @@ class TokenRingConfig:
     member. A broadcast after a quiet period leaves at the driver's next
     pull; held broadcasts also leave with anything else this member sends (an
     order notice, a heartbeat); at the token's holder they leave with the
-    token it passes (which sequences them then anyway), at most
-    ``token_hold`` later. 0: broadcasts leave at the driver's next pull. Not
+    token it passes (which sequences them then anyway), at most the token's
+    hold later. The floor of an adaptive hold (``max_hold``). 0: broadcasts
+    leave at the driver's next pull. Not
     applied with ``optimistic`` delivery, whose delay plans assume
     broadcasts leave at once (docs/token-ring.md, *Broadcast*)."""
+    max_hold: float = attrs.field(default=0.0, validator=_non_negative)
+    """Longest the two holds above grow to under a sustained load (each is
+    then its floor); 0 (the default): they do not grow. A member with
+    several own broadcasts in flight (not
+    delivered back to it yet) holds new ones ``broadcast_hold`` times their
+    number, and a holder whose token carries several messages sequenced in
+    the last round keeps it ``token_hold`` times their number, both at most
+    ``max_hold`` (the token also at most ``token_timeout / (2 * core
+    size)``). One command in flight at a time (a sequential caller) keeps
+    the floors; a stream's frames and wake-ups per command fall with the
+    longer holds, its latency grows with them. A hold whose floor is
+    ``max_hold`` or more does not adapt. Not the default: a caller that keeps
+    several commands in flight and waits for them (a closed loop) has them
+    held too, and its throughput falls with the longer latency
+    (docs/benchmarks-replication.md, *Adaptive holds*)."""
     heartbeat_interval: float = attrs.field(default=0.05, validator=_positive)
     """Every member sends a heartbeat to every other member this often."""
     suspect_timeout: float = attrs.field(default=0.3, validator=_positive)
@@ -202,6 +219,7 @@ class TokenRingConfig:
         example 1000 for a caller whose unit is the millisecond)."""
         times = (
             "token_hold",
+            "max_hold",
             "heartbeat_interval",
             "suspect_timeout",
             "exclude_timeout",

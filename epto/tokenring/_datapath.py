@@ -118,7 +118,12 @@ class DataPath:
         tokens.hurry_token(now)
         # At the holder the broadcast is sequenced when the token leaves, and
         # leaves with it: holding it until then costs no latency.
-        self._out.queue_own(event, now, tokens.pass_at if tokens.token is not None else -math.inf)
+        self._out.queue_own(
+            event,
+            now,
+            tokens.pass_at if tokens.token is not None else -math.inf,
+            in_flight=len(self._own),
+        )
         return event.id
 
     def own_events(self) -> Iterator[Event]:

@@ -18,8 +18,11 @@ Rules:
   broadcast made in the second half of that hold, and not before
   ``not_before`` (the holder's own
   broadcasts: the token it passes carries them out, and they are sequenced
-  then anyway). A broadcast is held at most ``broadcast_hold``, or, at the
-  token's holder, until it passes the token (at most ``token_hold``).
+  then anyway). A broadcast is held at most the hold in force when it was
+  made, or, at the token's holder, until it passes the token. The hold is
+  ``broadcast_hold`` times the own broadcasts in flight (not delivered back
+  here yet), at most ``max_hold`` (:meth:`Outbox.hold`): a sequential caller
+  keeps the floor, a stream holds longer.
 * A heartbeat goes to every other member every ``heartbeat_interval``,
   except to a member this process sent another message since the last
   round (any message proves it alive: the failure detector hears every
@@ -61,6 +64,7 @@ class Outbox:
         "_last_flush",
         "_latest",
         "_links",
+        "_max_hold",
         "_out",
         "_replied",
         "_s",
@@ -81,7 +85,10 @@ class Outbox:
         cfg = shared.cfg
         # Optimistic delay plans measure when broadcasts arrive: no hold.
         self._hold = 0.0 if cfg.optimistic is not None else cfg.broadcast_hold
-        self._cap = max(self._hold, cfg.token_hold)
+        self._max_hold = max(self._hold, cfg.max_hold) if self._hold else 0.0
+        """What the hold grows to with broadcasts in flight (see :meth:`hold`)."""
+        # The holder's own broadcasts wait for the token, held up to max_hold.
+        self._cap = max(self._max_hold, cfg.token_hold, cfg.max_hold)
         self._flush_at = math.inf
         """When the held broadcasts leave (inf: none held, or no hold)."""
         self._last_flush = -math.inf
@@ -116,9 +123,24 @@ class Outbox:
             if p != me and p != skip:
                 self.send(p, message)
 
-    def queue_own(self, event: Event, now: float, not_before: float = -math.inf) -> None:
+    def hold(self, in_flight: int) -> float:
+        """How long own broadcasts are held with ``in_flight`` of them not
+        delivered back here yet (this one included): ``broadcast_hold`` times
+        that number, at most ``max_hold``. A sequential caller (one in flight)
+        keeps the floor; a stream, whose broadcasts outrun their deliveries,
+        holds longer and sends fewer, larger messages, and the hold shrinks
+        back as the deliveries catch up."""
+        hold = self._hold
+        if in_flight > 1:
+            hold = min(self._max_hold, hold * in_flight)
+        return hold
+
+    def queue_own(
+        self, event: Event, now: float, not_before: float = -math.inf, in_flight: int = 1
+    ) -> None:
         """Buffer an own broadcast (see the module docstring); a full buffer
-        leaves at once."""
+        leaves at once. ``in_flight``: own broadcasts not delivered back here
+        yet, this one included (:meth:`hold`)."""
         unsent = self._unsent
         unsent.append(event)
         self._latest = now
@@ -132,8 +154,9 @@ class Outbox:
         if not self._hold:
             self._flush_at = -math.inf  # leaves at the driver's next pull
             return
-        due = self._last_flush + self._hold
-        if now >= due - self._hold / 2:
+        hold = self.hold(in_flight)
+        due = self._last_flush + hold
+        if now >= due - hold / 2:
             # In the second half of the hold: this broadcast takes the held
             # ones along at once (no timer wake-up of its own; paced
             # broadcasts then leave every half hold or more, together).

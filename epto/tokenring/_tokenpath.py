@@ -13,12 +13,17 @@ Rules:
   holds every message sequenced before it (``OrderBook.holds_through``);
   until then the fetcher wants. It accepts a hop at most once
   (``accepted_hop``), acknowledging a retransmission of one it accepted.
-* The holder keeps the token ``token_hold`` (``pass_at``), or passes it at
+* The holder keeps the token ``token_hold`` (``pass_at``), longer on a busy
+  ring (``token_hold`` times the messages its window carries, sequenced in
+  about the last round, at most ``max_hold`` and ``token_timeout / (2 *
+  core size)``: :meth:`TokenPath.busy_hold`), or passes it at
   once when a full batch is waiting that this visit could sequence and the
   window has room for it or can drain (:meth:`TokenPath.hurry`). An idle
   token (nothing to sequence, everything sequenced deliverable) is kept up
-  to ``token_timeout / (2 * core size)``, and leaves ``token_hold`` after a
-  message arrives (:meth:`TokenPath.hold`). A visit
+  to ``token_timeout / (2 * core size)``, and leaves the busy hold after a
+  message arrives (:meth:`TokenPath.hold`). Either way each core member
+  sees the token at least every ``token_timeout / 2`` (plus the links'
+  delays), which tells its loss from a quiet ring. A visit
   sequences what the window allows: at most ``max_unstable_messages`` and
   ``max_unstable_bytes`` (:meth:`TokenPath.window_room`).
 * A token passed (``passed``) is sent again to the same member every
@@ -269,8 +274,34 @@ class TokenPath:
         s = self._s
         cfg = s.cfg
         if s.book.pool or token.stable < token.next_seq:
-            return cfg.token_hold
+            return self.busy_hold(token)
         return max(cfg.token_hold, cfg.token_timeout / (2 * len(s.config.core)))
+
+    def busy_hold(self, token: TokenState) -> float:
+        """How long the holder keeps ``token`` with something to sequence:
+        ``token_hold``, or, when its window carries ``n`` messages, at least
+        as many as the core has members (the window holds those sequenced in
+        about the last round: a batch leaves it once every core member
+        accepted it), ``n * token_hold``, at most ``max_hold`` and
+        ``token_timeout / (2 * core size)``. A sequential caller (one message
+        in flight, so at most one per visit, in the window for fewer visits
+        than the core has members) is passed on at the floor; a steady stream
+        makes every visit longer, so each token move, acknowledgement and
+        order notice carries more messages, and the hold comes back to the
+        floor within a round of the stream's end. Derived from the token
+        alone: every holder computes it the same way."""
+        cfg = self._s.cfg
+        floor = cfg.token_hold
+        if cfg.max_hold <= floor or len(token.batches) == 0:
+            return floor
+        core = len(self._s.config.core)
+        n = 0
+        for b in token.batches:
+            n += len(b.ids)
+        if n < core:
+            return floor
+        bound = min(cfg.max_hold, cfg.token_timeout / (2 * core))
+        return max(floor, min(bound, n * floor))
 
     def hurry_token(self, now: float) -> None:
         """A message arrived or was broadcast: pass sooner if that helps."""
@@ -281,8 +312,9 @@ class TokenPath:
             # A full batch is waiting: holding the token longer gains nothing.
             self.pass_at = min(self.pass_at, now)
         else:
-            # An idle token (see hold) leaves token_hold after the first message.
-            self.pass_at = min(self.pass_at, now + self._s.cfg.token_hold)
+            # An idle token (see hold) leaves the busy hold after the first
+            # message.
+            self.pass_at = min(self.pass_at, now + self.busy_hold(token))
 
     def _order(self, now: float) -> Iterable[EventId]:
         """The pool's messages in the order the holder sequences them."""

@@ -10,7 +10,9 @@ import random
 from collections import deque
 from collections.abc import Callable
 
-from epto import Event
+import pytest
+
+from epto import ConfigurationError, Event
 from epto.check import check
 from epto.tokenring import TokenRingConfig, TokenRingProcess
 from epto.tokenring._messages import Batch, Data, DataBatch, Heartbeat, Message, Token
@@ -186,7 +188,8 @@ def _data_events(out: list[tuple[int, Message]], dest: int) -> list[list[int]]:
 
 
 def test_broadcasts_leave_at_most_once_per_broadcast_hold() -> None:
-    proc = _ring(broadcast_hold=0.004)[2]  # not the holder
+    # The fixed hold (max_hold 0: it does not grow with broadcasts in flight).
+    proc = _ring(broadcast_hold=0.004, max_hold=0.0)[2]  # not the holder
     proc.handle_timer(0.0)  # the first heartbeats; the next are due at 0.05
     proc.messages_to_send()
     proc.broadcast(b"a", 0.0)  # after a quiet period: at the next pull
@@ -317,3 +320,146 @@ def test_heartbeats_skip_members_that_other_messages_reached() -> None:
     times = [t for t, _ in to_1]
     assert max(b - a for a, b in itertools.pairwise(times)) <= 2 * cfg.heartbeat_interval + 1e-9
     assert all(p.statistics().light_changes == 0 for p in procs.values())
+
+
+# -- adaptive holds (max_hold) ------------------------------------------------
+
+ADAPTIVE = 0.1
+"""A ``max_hold`` that lets the holds grow (the default, 0, keeps them fixed)."""
+
+
+def _sequential(net: Net, caller: TokenRingProcess, commands: int, step: float) -> list[float]:
+    """One command in flight at a time: broadcast, wait for its delivery at
+    the caller, broadcast the next. Returns each command's latency."""
+    latencies = []
+    for i in range(commands):
+        start = net.t
+        eid = caller.broadcast(b"s%d" % i, start)
+        while eid not in net.delivered[caller.pid]:
+            net.run(net.t + step)
+            assert net.t - start < 1.0
+        latencies.append(net.t - start)
+    return latencies
+
+
+def _stream(net: TimedNet, rate: float, seconds: float) -> None:
+    """Every member broadcasts ``rate`` times a second for ``seconds``."""
+    procs = list(net.procs.values())
+    for i in range(round(rate * seconds)):
+        for proc in procs:
+            proc.broadcast(b"p%d" % i, net.t)
+        net.run(net.t + 1 / rate)
+
+
+def _gaps(times: list[float], since: float, until: float) -> list[float]:
+    kept = [t for t in times if since <= t < until]
+    return [b - a for a, b in itertools.pairwise(kept)]
+
+
+def test_a_sequential_callers_holds_stay_at_the_floor() -> None:
+    """One command in flight: the same latencies, command for command, as with
+    the fixed holds (``max_hold`` 0), and each within a token hold of its
+    broadcast (zero-delay links)."""
+    for caller in (1, 2, 3):
+        runs = []
+        for max_hold in (0.0, ADAPTIVE):
+            procs = _ring(max_hold=max_hold)
+            net = Net(procs)
+            net.run(0.3)
+            runs.append(_sequential(net, procs[caller], 60, 0.0005))
+        assert runs[0] == runs[1]
+        assert max(runs[1]) <= TokenRingConfig().token_hold + 0.001
+
+
+def test_a_streams_holds_grow_to_max_hold_and_shrink_back() -> None:
+    cfg = TokenRingConfig(max_hold=ADAPTIVE)
+    procs = _ring(max_hold=ADAPTIVE)
+    net = TimedNet(procs)
+    net.run(0.3)
+    start = net.t
+    _stream(net, 500, 1.0)  # 3 x 500/s
+    end = net.t
+    sends = list(zip(net.times, net.sent, strict=True))
+    moves = [t for t, (_, _, m) in sends if isinstance(m, Token)]
+    flushes = [t for t, (s, d, m) in sends if (s, d) == (2, 1) and isinstance(m, Data | DataBatch)]
+    # Busy (after the first 0.2 s): the token moves about every max_hold, not
+    # every token_hold, and never holds longer; broadcasts leave less often
+    # than every broadcast_hold, and wait at most max_hold.
+    moving = _gaps(moves, start + 0.2, end)
+    assert max(moving) <= cfg.max_hold + 1e-9
+    assert sorted(moving)[len(moving) // 2] >= cfg.max_hold / 2
+    flushing = _gaps(flushes, start + 0.2, end)
+    assert max(flushing) <= cfg.max_hold + 0.002 + 1e-9
+    assert sorted(flushing)[len(flushing) // 2] >= 2 * cfg.broadcast_hold
+    # Fewer messages than with the fixed holds.
+    fixed = _ring(max_hold=0.0)
+    fixed_net = TimedNet(fixed)
+    fixed_net.run(0.3)
+    _stream(fixed_net, 500, 1.0)
+    streamed = sum(1 for t in net.times if t >= start)
+    assert streamed < len(fixed_net.sent) / 2
+    # Everything delivered everywhere, in one order.
+    net.run(end + 0.5)
+    orders = list(net.delivered.values())
+    assert all(len(o) == 3 * 500 for o in orders) and orders[0] == orders[1] == orders[2]
+    # Then the holds are back at the floors: a sequential caller waits at most
+    # one broadcast_hold (its previous broadcast left just before) and one
+    # token_hold, far from max_hold.
+    for caller in procs.values():
+        later = _sequential(net, caller, 30, 0.0005)
+        assert max(later) <= cfg.broadcast_hold + cfg.token_hold + 0.001
+    assert all(
+        p.statistics().light_changes == p.statistics().full_changes == 0 for p in procs.values()
+    )
+
+
+def test_longer_holds_keep_the_failure_detection_bounds() -> None:
+    """With a token_timeout short against max_hold, a stream's token still
+    reaches every member within token_timeout / 2 (no view change), and a
+    member that goes silent mid-stream is still moved out of the core."""
+    cfg = TokenRingConfig(token_timeout=0.06, max_hold=ADAPTIVE)
+    procs = _ring(token_timeout=0.06, max_hold=ADAPTIVE)
+    net = TimedNet(procs)
+    net.run(0.3)
+    start = net.t
+    _stream(net, 500, 0.6)
+    end = net.t
+    for pid in procs:
+        got = [t for t, (_, d, m) in zip(net.times, net.sent, strict=True) if d == pid]
+        tokens = [
+            t
+            for t, (_, d, m) in zip(net.times, net.sent, strict=True)
+            if d == pid and isinstance(m, Token)
+        ]
+        assert got
+        assert max(_gaps(tokens, start, end)) <= cfg.token_timeout / 2 + 1e-9
+    assert all(
+        p.statistics().light_changes == p.statistics().full_changes == 0 for p in procs.values()
+    )
+    # Member 3 goes silent mid-stream: suspected and moved out as before.
+    net.drop = lambda src, dst, m: 3 in (src, dst)
+    for i in range(200):
+        procs[1].broadcast(b"q%d" % i, net.t)
+        net.run(net.t + 0.002)
+    net.run(net.t + cfg.suspect_timeout + cfg.token_timeout)
+    assert procs[1].statistics().light_changes >= 1
+    last = procs[1].broadcast(b"after", net.t)
+    net.run(net.t + 0.1)
+    assert last in net.delivered[1] and last in net.delivered[2]
+
+
+def test_max_hold_is_validated_and_scaled() -> None:
+    with pytest.raises(ConfigurationError):
+        TokenRingConfig(max_hold=-0.001)
+    assert TokenRingConfig(max_hold=ADAPTIVE).scaled(1000).max_hold == ADAPTIVE * 1000
+    assert TokenRingConfig().max_hold == 0.0  # fixed holds by default
+    # A floor at or above max_hold does not adapt: the fixed hold.
+    procs = _ring(broadcast_hold=0.004, max_hold=0.002)
+    proc = procs[2]
+    proc.handle_timer(0.0)
+    proc.messages_to_send()
+    proc.broadcast(b"a", 0.0)
+    proc.messages_to_send()
+    proc.broadcast(b"b", 0.001)
+    proc.broadcast(b"c", 0.0015)
+    assert proc.get_timer() == 0.004

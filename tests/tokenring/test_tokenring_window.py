@@ -272,7 +272,8 @@ def test_a_full_window_that_cannot_drain_does_not_send_the_token_round_at_link_s
     """Core of two in a view of five (k = 3): nothing becomes stable, so the
     window stays full; with a full batch waiting the holders still hold the
     token ``token_hold`` instead of passing it at once, again and again."""
-    cfg = TokenRingConfig(max_unstable_messages=4, max_batch=4)
+    # The fixed token_hold (max_hold 0: a window of four would hold it longer).
+    cfg = TokenRingConfig(max_unstable_messages=4, max_batch=4, max_hold=0.0)
     members = [1, 2, 3, 4, 5]
     procs = {
         p: TokenRingProcess(p, cfg, rng=random.Random(p), now=0.0, members=members) for p in (1, 2)
