@@ -49,10 +49,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--submit-tick",
         type=float,
         default=None,
-        help="least seconds between two wake-ups of a trio submitter (commands due meanwhile "
-        "are submitted together; their latency counts from when each was due); default: "
-        "the node's batching period (the token ring's broadcast_hold grown to max_hold, "
-        "as it is under a paced stream; EpTO's round)",
+        help="least seconds between two wake-ups of every system's submitter (commands due "
+        "meanwhile are submitted together; their latency counts from when each was due); "
+        "default: each node's own batching period (the token ring's broadcast_hold grown to "
+        "max_hold, as it is under a paced stream; EpTO's round; PySyncObj's autoTickPeriod)",
     )
     p.add_argument(
         "--token-hold",
@@ -108,13 +108,6 @@ def _protocol(args: argparse.Namespace) -> Any:
     return epto.Config.for_group(3, clock=args.clock, round_interval=args.round_interval)
 
 
-def _pace(t0: float, k: int, rate: float) -> None:
-    if rate > 0:
-        delay = t0 + k / rate - time.time()
-        if delay > 0:
-            time.sleep(delay)
-
-
 async def _trio_submit(
     node: Any,
     args: argparse.Namespace,
@@ -122,7 +115,8 @@ async def _trio_submit(
     submits: dict[tuple[int, int], float],
     period: float,
 ) -> None:
-    """The schedule of every system, for a node on trio: command ``k`` is due
+    """The schedule of every system (the threads' submitters follow it with
+    ``time.sleep``), for a node on trio: command ``k`` is due
     at ``t0 + k / rate`` and counts as submitted then (its latency starts
     there). The submitter wakes at most once per ``--submit-tick`` (default
     ``period``, the node's own batching period: a broadcast made sooner
@@ -133,20 +127,43 @@ async def _trio_submit(
     pacing; the wait until the tick is part of the latency measured."""
     import trio
 
-    rate = args.rate
     tick = period if args.submit_tick is None else args.submit_tick
     k = 0
     while k < args.commands:
-        delay = t0 + k / rate - time.time() if rate > 0 else 0.0
+        delay = _wait(t0, k, args.rate, tick)
         if delay > 0:
-            await trio.sleep(max(delay, tick))
+            await trio.sleep(delay)
         else:
             await trio.lowlevel.checkpoint()
-        now = time.time()
-        end = min(args.commands, k + _BURST)
-        while k < end and (rate <= 0 or t0 + k / rate <= now):
-            submits[node.broadcast(b"incr")] = t0 + k / rate if rate > 0 else time.time()
-            k += 1
+        dues = _due(t0, k, args.rate, args.commands)
+        for due in dues:
+            submits[node.broadcast(b"incr")] = due
+        k += len(dues)
+
+
+def _wait(t0: float, k: int, rate: float, tick: float) -> float:
+    """Seconds to sleep before command ``k`` is due: at least ``tick`` when
+    it is not due yet (0: it is)."""
+    if rate <= 0:
+        return 0.0
+    delay = t0 + k / rate - time.time()
+    return max(delay, tick) if delay > 0 else 0.0
+
+
+def _due(t0: float, k: int, rate: float, commands: int) -> list[float]:
+    """When commands ``k, k + 1, ...`` were due, for those due now (at most
+    ``_BURST``, and ``k`` always: the caller waited for it); their latency
+    counts from there."""
+    now = time.time()
+    if rate <= 0:
+        return [now] * min(_BURST, commands - k)
+    dues = [t0 + k / rate]
+    for j in range(k + 1, min(commands, k + _BURST)):
+        due = t0 + j / rate
+        if due > now:
+            break
+        dues.append(due)
+    return dues
 
 
 # -- workers (one OS process each) ---------------------------------------------
@@ -191,9 +208,16 @@ def _epto_zmq(
         t0 = time.time()
         cpu0 = time.process_time()
         submits = {}
-        for k in range(args.commands):
-            _pace(t0, k, args.rate)
-            submits[node.broadcast(b"incr")] = time.time()
+        tick = args.round_interval if args.submit_tick is None else args.submit_tick
+        k = 0
+        while k < args.commands:
+            delay = _wait(t0, k, args.rate, tick)
+            if delay > 0:
+                time.sleep(delay)
+            dues = _due(t0, k, args.rate, args.commands)
+            for due in dues:
+                submits[node.broadcast(b"incr")] = due
+            k += len(dues)
         done.wait(args.timeout)
         cpu = time.process_time() - cpu0
         return {"t0": t0, "submits": submits, "applied": applied, "order": order, "cpu": cpu}
@@ -397,11 +421,21 @@ def _pysyncobj(
         if error != 0:
             errors += 1
 
-    for k in range(args.commands):
-        _pace(t0, k, args.rate)
-        tag = (index + 1, k)
-        submits[tag] = time.time()
-        counter.inc(tag, callback=callback)
+    # The trio submitters' schedule (see _trio_submit), with a thread's sleep.
+    # Default tick: PySyncObj's own batching period, the auto-tick thread's
+    # (a command waits in its queue for the next tick anyway).
+    tick = conf.autoTickPeriod if args.submit_tick is None else args.submit_tick
+    k = 0
+    while k < args.commands:
+        delay = _wait(t0, k, args.rate, tick)
+        if delay > 0:
+            time.sleep(delay)
+        dues = _due(t0, k, args.rate, args.commands)
+        for j, due in enumerate(dues, k):
+            tag = (index + 1, j)
+            submits[tag] = due
+            counter.inc(tag, callback=callback)
+        k += len(dues)
     done.wait(args.timeout)
     cpu = time.process_time() - cpu0
     time.sleep(0.2)
