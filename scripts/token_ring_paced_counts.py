@@ -25,15 +25,7 @@ import socket
 import time
 from typing import Any
 
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+from epto.transports._ports import free_ports
 
 
 def _worker(
@@ -130,7 +122,7 @@ def main() -> None:
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(3)
     queue = ctx.Queue()
-    ports = _free_ports(3)
+    ports = free_ports(3, socket.SOCK_STREAM)
     procs = [ctx.Process(target=_worker, args=(i, ports, args, barrier, queue)) for i in range(3)]
     for proc in procs:
         proc.start()

@@ -16,15 +16,7 @@ import socket
 import statistics
 import time
 
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+from epto.transports._ports import free_ports
 
 
 def main() -> None:
@@ -40,7 +32,9 @@ def main() -> None:
 
     from epto.benchmarks.replication import _ring_config, _ring_formed
 
-    members = {i + 1: f"127.0.0.1:{port}" for i, port in enumerate(_free_ports(3))}
+    members = {
+        i + 1: f"127.0.0.1:{port}" for i, port in enumerate(free_ports(3, socket.SOCK_STREAM))
+    }
     ring = _ring_config(args)
     trips: list[float] = []
 

@@ -33,6 +33,7 @@ import multiprocessing as mp
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 SYSTEMS = ("epto-trio", "epto-zmq", "token-ring", "pysyncobj")
@@ -141,6 +142,22 @@ async def _trio_submit(
         k += len(dues)
 
 
+def _thread_submit(
+    submit: Callable[[int, float], None], args: argparse.Namespace, t0: float, tick: float
+) -> None:
+    """The schedule of :func:`_trio_submit` in a thread (``time.sleep``):
+    ``submit(k, due)`` for every command, in order."""
+    k = 0
+    while k < args.commands:
+        delay = _wait(t0, k, args.rate, tick)
+        if delay > 0:
+            time.sleep(delay)
+        dues = _due(t0, k, args.rate, args.commands)
+        for j, due in enumerate(dues, k):
+            submit(j, due)
+        k += len(dues)
+
+
 def _wait(t0: float, k: int, rate: float, tick: float) -> float:
     """Seconds to sleep before command ``k`` is due: at least ``tick`` when
     it is not due yet (0: it is)."""
@@ -209,15 +226,11 @@ def _epto_zmq(
         cpu0 = time.process_time()
         submits = {}
         tick = args.round_interval if args.submit_tick is None else args.submit_tick
-        k = 0
-        while k < args.commands:
-            delay = _wait(t0, k, args.rate, tick)
-            if delay > 0:
-                time.sleep(delay)
-            dues = _due(t0, k, args.rate, args.commands)
-            for due in dues:
-                submits[node.broadcast(b"incr")] = due
-            k += len(dues)
+
+        def submit(_k: int, due: float) -> None:
+            submits[node.broadcast(b"incr")] = due
+
+        _thread_submit(submit, args, t0, tick)
         done.wait(args.timeout)
         cpu = time.process_time() - cpu0
         return {"t0": t0, "submits": submits, "applied": applied, "order": order, "cpu": cpu}
@@ -421,21 +434,16 @@ def _pysyncobj(
         if error != 0:
             errors += 1
 
-    # The trio submitters' schedule (see _trio_submit), with a thread's sleep.
     # Default tick: PySyncObj's own batching period, the auto-tick thread's
     # (a command waits in its queue for the next tick anyway).
     tick = conf.autoTickPeriod if args.submit_tick is None else args.submit_tick
-    k = 0
-    while k < args.commands:
-        delay = _wait(t0, k, args.rate, tick)
-        if delay > 0:
-            time.sleep(delay)
-        dues = _due(t0, k, args.rate, args.commands)
-        for j, due in enumerate(dues, k):
-            tag = (index + 1, j)
-            submits[tag] = due
-            counter.inc(tag, callback=callback)
-        k += len(dues)
+
+    def submit(k: int, due: float) -> None:
+        tag = (index + 1, k)
+        submits[tag] = due
+        counter.inc(tag, callback=callback)
+
+    _thread_submit(submit, args, t0, tick)
     done.wait(args.timeout)
     cpu = time.process_time() - cpu0
     time.sleep(0.2)
