@@ -35,6 +35,11 @@ Rules:
 * Only this object writes its state; the other parts read ``token``,
   ``pending``, ``snap``, ``token_seen`` (when a token was last accepted or
   heard of) and ``fenced_since``.
+
+Size: one object owns the token's state along its whole path (accept, hold,
+sequence, pass, resend); the hold decisions read that state and move its
+``pass_at``, so they stay with it. The sequencing itself, the window's
+bytes and the order book are modules of their own.
 """
 
 from __future__ import annotations
