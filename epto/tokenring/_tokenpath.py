@@ -38,8 +38,8 @@ Rules:
 
 Size: one object owns the token's state along its whole path (accept, hold,
 sequence, pass, resend); the hold decisions read that state and move its
-``pass_at``, so they stay with it. The sequencing itself, the window's
-bytes and the order book are modules of their own.
+``pass_at``, so they stay with it. The sequencing and the order book
+(:mod:`._sequencer`) and the outbox (:mod:`._outbox`) are modules of their own.
 """
 
 from __future__ import annotations
