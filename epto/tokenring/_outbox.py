@@ -88,7 +88,7 @@ class Outbox:
         self._max_hold = max(self._hold, cfg.max_hold) if self._hold else 0.0
         """What the hold grows to with broadcasts in flight (see :meth:`hold`)."""
         # The holder's own broadcasts wait for the token, held up to max_hold.
-        self._cap = max(self._max_hold, cfg.token_hold, cfg.max_hold)
+        self._cap = max(self._hold, cfg.token_hold, cfg.max_hold)
         self._flush_at = math.inf
         """When the held broadcasts leave (inf: none held, or no hold)."""
         self._last_flush = -math.inf

@@ -300,9 +300,7 @@ class TokenPath:
         if cfg.max_hold <= floor or len(token.batches) == 0:
             return floor
         core = len(self._s.config.core)
-        n = 0
-        for b in token.batches:
-            n += len(b.ids)
+        n = sum(len(b.ids) for b in token.batches)
         if n < core:
             return floor
         bound = min(cfg.max_hold, cfg.token_timeout / (2 * core))
