@@ -114,43 +114,18 @@ def _encode_ball(ball: Mapping[EventId, tuple[Event, int]], limits: Limits) -> b
 def decode_ball(reader: Reader, limits: Limits) -> dict[EventId, tuple[Event, int]]:
     """A ball as EpTO's ``Process.receive`` takes it. Duplicated event ids are
     rejected (``fault="duplicate"``): a correct sender never repeats one."""
-    n = reader.count(2, limits.max_events_per_ball, EVENT_FIXED_SIZE, "events")
-    data = reader._data
-    pos = reader.pos
-    end = reader._end
-    max_payload = limits.max_payload_size
-    unpack = _ENTRY.unpack_from
-    # Every value below is in range by construction (uint64 and uint16 fields,
-    # bytes, a signature of 0 or 64 bytes): the process checks only timestamps.
-    out: dict[EventId, tuple[Event, int]] = CheckedBall()
-    for _ in range(n):
-        if end - pos < EVENT_FIXED_SIZE:
-            raise RemoteProtocolError("ball ends inside an event", fault="truncated")
-        source, seq, ts, ttl, siglen, plen = unpack(data, pos)
-        start = pos + EVENT_FIXED_SIZE + siglen
-        pos = start + plen
-        if pos > end or plen > max_payload or (siglen and siglen != SIGNATURE_SIZE):
-            _diagnose(siglen, plen, max_payload)
-            raise RemoteProtocolError("ball ends inside a payload", fault="truncated")
-        out[(source, seq)] = (
-            Event(
-                source=source,
-                seq=seq,
-                ts=ts,
-                payload=data[start:pos],
-                signature=data[start - siglen : start] if siglen else b"",
-            ),
-            ttl,
-        )
-    if len(out) != n:
-        raise RemoteProtocolError("an event id twice in one ball", fault="duplicate")
-    reader.pos = pos
-    return out
+    # One decoder for both: holding nothing, every copy is fresh.
+    fresh, _, _ = decode_ball_held(reader, limits, _hold_nothing)
+    return fresh
 
 
 HeldLookup = Callable[[EventId], Event | None]
 """The event a receiver already holds under an id, or None (for example
 ``epto.Process.held_event``)."""
+
+
+def _hold_nothing(_eid: EventId) -> Event | None:
+    return None
 
 
 def decode_ball_held(
@@ -180,6 +155,8 @@ def decode_ball_held(
     max_payload = limits.max_payload_size
     unpack = _ENTRY.unpack_from
     startswith = data.startswith
+    # Every value below is in range by construction (uint64 and uint16 fields,
+    # bytes, a signature of 0 or 64 bytes): the process checks only timestamps.
     fresh = CheckedBall()
     reused = CheckedBall()
     conflicting = CheckedBall()
