@@ -578,7 +578,7 @@ def _leaf(err: BaseException) -> str:
 
 
 def _catchup_pysyncobj(mb: float, index: int, ports: list[int], args: Any, sync: Any) -> Any:
-    from pysyncobj import SyncObjConf
+    from pysyncobj import FAIL_REASON, SyncObjConf
 
     joiner = index == 3
     fills = _fill_plan(mb)
@@ -633,18 +633,33 @@ def _catchup_pysyncobj(mb: float, index: int, ports: list[int], args: Any, sync:
     if index == 0:
         sync["go"].set()
     k = 0
+    # Commands are asynchronous here: count how each ended, so that the
+    # counts reported below are taken once every committed one is applied
+    # (a fixed pause is not enough on a loaded machine).
+    ended = {"ok": 0, "failed": 0}
+    lock = threading.Lock()
+
+    def done(_result: Any, error: Any) -> None:
+        with lock:
+            ended["ok" if error == FAIL_REASON.SUCCESS else "failed"] += 1
+
     t0 = time.time()
     while not sync["ready"].is_set():
         name, call_args = _command("dict", index, k, args.pool)
-        getattr(machine, name)(*call_args)
+        getattr(machine, name)(*call_args, callback=done)
         k += 1
         delay = t0 + k / args.trickle - time.time()
         if delay > 0:
             sync["ready"].wait(delay)
     out["trickled"] = k
-    time.sleep(0.3)
+    deadline = time.time() + args.timeout
+    while ended["ok"] + ended["failed"] < k and time.time() < deadline:
+        time.sleep(0.01)
+    sync["committed"][index] = ended["ok"]
     sync["barrier"].wait(args.timeout)
-    time.sleep(0.5)
+    total = len(fills) + sum(sync["committed"][:3])
+    while machine.n < total and time.time() < deadline:
+        time.sleep(0.01)
     sync["finals"].put((index, machine.n, ""))
     sync["finished"].wait(args.timeout)
     obj.destroy()
@@ -685,6 +700,8 @@ def _spawn(job: tuple[Any, ...], n: int, args: argparse.Namespace) -> dict[int, 
         "go": ctx.Event(),
         "ready": ctx.Event(),
         "finished": ctx.Event(),
+        # Commands each member saw committed (PySyncObj's catch-up).
+        "committed": ctx.Array("q", n),
     }
     ports = _free_ports(4)
     procs = [
