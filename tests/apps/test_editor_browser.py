@@ -245,3 +245,20 @@ def test_the_pages_transformation_is_the_replicas(browser: Any) -> None:
     )
     for (a, b, first), (a2, b2) in zip(cases, got, strict=True):
         assert (decode(a2), decode(b2)) == transform(a, b, first), (a, b, first)
+
+
+def test_a_page_without_its_text_takes_no_keystrokes(browser: Any) -> None:
+    # Served from a file, the page never reaches a server, so it never gets
+    # the text its edits would be made against: it stays read only, and what
+    # is typed neither changes it nor reaches anyone.
+    from importlib import resources
+
+    page = resources.files("epto.apps").joinpath("editor_static", "index.html")
+    with resources.as_file(page) as path:
+        browser.get(path.as_uri())
+    text = browser.find_element(By.ID, "text")
+    text.send_keys("lost")
+    assert text.get_attribute("value") == ""
+    assert browser.execute_script("return document.getElementById('text').readOnly") is True
+    assert browser.execute_script("return window.epto.synced()") is False
+    assert "loading" in browser.find_element(By.ID, "status").text
