@@ -18,8 +18,8 @@ seconds per round (median of ``--repeat`` runs):
 * ``layers``: cutting the folded dict into the merged layers (what the merge
   adds to the fold);
 * ``fold, int ids``: the same fold with every event id replaced by a
-  distinct int (an interned id), which shows what a different id
-  representation would change.
+  distinct int (an interned id; the ints are allocated together, so this
+  is an upper bound of what a different id representation would change).
 
 The rest of the round (``round`` minus ``merge``) is the ordering component
 and the receive calls.
