@@ -15,6 +15,14 @@ statistics), its writes to sockets by the links' tasks
 idle stream are not among them), trio's task steps and I/O waits (an
 instrument) and its CPU seconds. The figures printed are sums over the three
 workers divided by the commands applied (3 x ``--commands``).
+
+``--wake-ups`` also prints, per worker and second, what each pass of trio's
+loop (from one I/O wait to the next) fed the process: the kinds of the
+messages received, ``timer`` for a due timer (a heartbeat round, the token's
+pass, held broadcasts leaving, a delivery cut at ``DELIVER_CHUNK``), or, if
+nothing, the tasks that ran (``submit``, ``apply``, ``turn``).
+``--heartbeat-interval`` and ``--suspect-timeout`` set the token ring's
+failure detector, as in ``epto bench replication``.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import argparse
 import multiprocessing as mp
 import socket
 import time
+from collections import Counter
 from typing import Any
 
 from epto.transports._ports import free_ports
@@ -47,14 +56,51 @@ def _worker(
 
     trio.SocketStream.send_all = counted_send_all  # type: ignore[method-assign]
 
+    # --wake-ups: what each pass of trio's loop (from one I/O wait to the
+    # next) fed the process: the kinds of the messages it received, "timer"
+    # for a due timer; a pass that fed it nothing is named by its tasks
+    # ("submit": the submitter, "apply": the application's loop, "turn": the
+    # turn task alone). A pass with no time waited (trio polls without
+    # sleeping between two batches of tasks) counts too.
+    from collections import Counter as Tally
+
+    from epto.tokenring import TokenRingProcess
+
+    fed: list[str] = []
+    passes: Tally[str] = Tally()
+    if args.wake_ups:
+        receive = TokenRingProcess.receive
+        handle_timer = TokenRingProcess.handle_timer
+
+        def counted_receive(self: Any, sender: Any, message: Any, now: float) -> None:
+            fed.append(type(message).__name__)
+            receive(self, sender, message, now)
+
+        def counted_timer(self: Any, now: float) -> None:
+            if now >= self.get_timer():
+                fed.append("timer")
+            handle_timer(self, now)
+
+        TokenRingProcess.receive = counted_receive  # type: ignore[method-assign]
+        TokenRingProcess.handle_timer = counted_timer  # type: ignore[method-assign]
+
+    tasks = {"_trio_submit": "submit", "main": "apply"}
+
     class Counter(trio.abc.Instrument):
         def before_task_step(self, task: Any) -> None:
             if counting[0]:
                 counts["steps"] += 1
+                if args.wake_ups:
+                    fed.append("task:" + tasks.get(task.name.rsplit(".", 1)[-1], "turn"))
 
         def before_io_wait(self, timeout: float) -> None:
             if counting[0]:
                 counts["io_waits"] += 1
+                if args.wake_ups:
+                    inputs = sorted({x for x in fed if not x.startswith("task:")})
+                    steps = sorted({x[5:] for x in fed if x.startswith("task:")})
+                    passes[" ".join(inputs) if inputs else "+".join(steps) or "nothing"] += 1
+            fed.clear()
 
     import cProfile
 
@@ -106,6 +152,7 @@ def _worker(
 
     trio.run(main, instruments=[Counter()])
     out.update(counts)
+    out["passes"] = passes
     queue.put((index, out))
 
 
@@ -117,7 +164,14 @@ def main() -> None:
     p.add_argument("--token-hold", type=float, default=None)
     p.add_argument("--broadcast-hold", type=float, default=None)
     p.add_argument("--max-hold", type=float, default=None)
+    p.add_argument("--heartbeat-interval", type=float, default=None)
+    p.add_argument("--suspect-timeout", type=float, default=None)
     p.add_argument("--profile", help="write the first worker's profile of the window here")
+    p.add_argument(
+        "--wake-ups",
+        action="store_true",
+        help="print what the passes of trio's loop fed the processes, per worker and second",
+    )
     args = p.parse_args()
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(3)
@@ -138,6 +192,15 @@ def main() -> None:
     cpu = sum(r["cpu"] for r in results.values())
     print(f"{'cpu s':16} {cpu:8.2f}  {1e6 * cpu / total:6.0f} us per command")
     print(f"{'local p50':16} {1e3 * lat[len(lat) // 2]:8.1f} ms")
+    if args.wake_ups:
+        # Per worker and second of the window (the commands' span at the rate).
+        seconds = 3 * args.commands / args.rate
+        passes: Counter[str] = Counter()
+        for r in results.values():
+            passes.update(r["passes"])
+        print("passes of trio's loop per worker and second, by what they fed the process:")
+        for name, n in passes.most_common():
+            print(f"{n / seconds:8.1f}  {name}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from collections.abc import Callable
 
 from epto import Delivery, EventId, LocalProtocolError
 from epto.endpoint import Endpoint, OverflowPolicy, Transmit
@@ -71,6 +72,24 @@ class DeliveryBuffer:
         self._items.append(delivery)
         return True
 
+    def fill(self, next_delivery: Callable[[], Delivery | None]) -> None:
+        """:meth:`put` every delivery ``next_delivery`` hands out, until it
+        has none or an overflow stops the buffer (one call per turn, not per
+        delivery: a turn moves every delivery an input produced)."""
+        items = self._items
+        capacity = self.capacity
+        while not self.overflowed:
+            delivery = next_delivery()
+            if delivery is None:
+                return
+            if len(items) >= capacity:
+                if self.policy == "drop":
+                    self.dropped += 1
+                    continue
+                self.overflowed = True
+                return
+            items.append(delivery)
+
     def get(self) -> Delivery | None:
         return self._items.popleft() if self._items else None
 
@@ -119,13 +138,7 @@ class DriverLoop:
         if now >= endpoint.get_timer():
             endpoint.handle_timer(now)
         out = endpoint.datagrams_to_send(now)
-        buffer = self.buffer
-        next_delivery = endpoint.next_delivery
-        while not buffer.overflowed:
-            delivery = next_delivery()
-            if delivery is None:
-                break
-            buffer.put(delivery)
+        self.buffer.fill(endpoint.next_delivery)
         return out
 
     def stopped(self) -> str | None:

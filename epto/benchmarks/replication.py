@@ -73,6 +73,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="TokenRingConfig.max_hold of the token ring (default: the config's; 0: fixed holds)",
     )
+    p.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        default=None,
+        help="TokenRingConfig.heartbeat_interval of the token ring (default: the config's; "
+        "PySyncObj's leader sends its heartbeats every appendEntriesPeriod, 0.1 s)",
+    )
+    p.add_argument(
+        "--suspect-timeout",
+        type=float,
+        default=None,
+        help="TokenRingConfig.suspect_timeout of the token ring (default: the config's; "
+        "PySyncObj's followers start an election after raftMinTimeout, 0.4 s, or more)",
+    )
     p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset")
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument(
@@ -354,15 +368,18 @@ def _token_ring(
 
 
 def _ring_config(args: argparse.Namespace) -> Any:
-    """The token ring's configuration: the defaults, but for the holds given."""
+    """The token ring's configuration: the defaults, but for the holds and
+    the failure detector's times given."""
     from epto.tokenring import TokenRingConfig
 
-    holds = {
+    given = {
         "token_hold": args.token_hold,
         "broadcast_hold": args.broadcast_hold,
         "max_hold": args.max_hold,
+        "heartbeat_interval": getattr(args, "heartbeat_interval", None),
+        "suspect_timeout": getattr(args, "suspect_timeout", None),
     }
-    return TokenRingConfig(**{k: v for k, v in holds.items() if v is not None})
+    return TokenRingConfig(**{k: v for k, v in given.items() if v is not None})
 
 
 def _ring_period(ring: Any) -> float:

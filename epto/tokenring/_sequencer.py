@@ -60,10 +60,13 @@ def event_bytes(event: Event) -> int:
     return len(event.payload) + len(event.signature)
 
 
+_blake2b = hashlib.blake2b
+
+
 def chain(digest: int, eid: EventId) -> int:
     """Extend the order digest by one assignment."""
     data = b"%d:%d:%d" % (digest, eid[0], eid[1])
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
+    return int.from_bytes(_blake2b(data, digest_size=8).digest(), "big")
 
 
 def accept(state: TokenState, me: ProcessId, core: Iterable[ProcessId], k: int) -> TokenState:
@@ -261,12 +264,25 @@ class OrderBook:
         learned (same first position, same ids) is skipped."""
         known = self._known
         assign_one = self._assign_one
+        assign = self._assign
+        where = self._where
+        pool = self.pool
+        held = self._held
+        floor = self.next_deliver
         for b in batches:
             ids = b.ids
             if known.get(b.first) == ids:
                 continue
             for seq, eid in enumerate(ids, b.first):
-                assign_one(seq, eid)
+                if seq >= floor and seq not in assign and eid in pool:
+                    # The usual case, as _assign_one handles it: a payload in
+                    # the pool was never delivered (add_event refuses those)
+                    # nor assigned (an assigned payload is held).
+                    assign[seq] = eid
+                    where[eid] = seq
+                    held[eid] = pool.pop(eid)
+                else:
+                    assign_one(seq, eid)
             known[b.first] = ids
         if stable > self.stable:
             self.stable = stable
@@ -424,6 +440,10 @@ class OrderBook:
         digest = self.digest
         seq = self.next_deliver
         stable = self.stable
+        add_delivered = delivered_ids.add
+        append = out.append
+        blake2b = _blake2b
+        from_bytes = int.from_bytes
         n = 0
         try:
             while seq < stable:
@@ -437,24 +457,27 @@ class OrderBook:
                     break
                 del assign[seq]
                 del where[eid]
+                source, number = eid
                 stamped = Event(
-                    source=event.source,
-                    seq=event.seq,
+                    source=source,
+                    seq=number,
                     ts=seq,
                     payload=event.payload,
                     signature=event.signature,
                 )
-                delivered_ids.add(eid[0], eid[1])
+                add_delivered(source, number)
                 log[seq] = stamped
                 seq += 1
-                digest = chain(digest, eid)
+                # chain(digest, eid), inline: it runs once per delivery.
+                data = b"%d:%d:%d" % (digest, source, number)
+                digest = from_bytes(blake2b(data, digest_size=8).digest(), "big")
                 digests[seq] = digest
                 n += 1
                 if checks:
                     expected = checks.pop(seq, None)
                     if expected is not None and self.digest_known and expected != digest:
                         raise Divergence(f"order digest differs at {seq}")
-                out.append(stamped)
+                append(stamped)
             return False
         finally:
             self.next_deliver = seq

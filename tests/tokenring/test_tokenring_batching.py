@@ -17,7 +17,7 @@ from epto.check import check
 from epto.tokenring import TokenRingConfig, TokenRingProcess
 from epto.tokenring._messages import Batch, Data, DataBatch, Heartbeat, Message, Token
 from epto.tokenring._process import DELIVER_CHUNK
-from epto.tokenring._sequencer import BATCH_IDS, OrderBook
+from epto.tokenring._sequencer import BATCH_IDS, Divergence, OrderBook
 
 Drop = Callable[[int, int, Message], bool]
 
@@ -174,6 +174,41 @@ def test_order_book_learns_a_batch_once_and_forgets_on_truncate() -> None:
         assert type(exc).__name__ == "Divergence"
     else:
         raise AssertionError("divergence not detected")
+
+
+def test_order_book_learns_a_batch_as_it_learns_its_assignments_one_by_one() -> None:
+    # Every case an assignment can meet: its payload in the pool or not here,
+    # its position free or taken by another id, its id assigned elsewhere,
+    # its position already delivered. learn_batches and learn agree on all.
+    def book() -> OrderBook:
+        b = OrderBook(log_retention=100)
+        for source, seq in [(1, 0), (1, 1), (2, 0), (2, 1), (3, 0), (3, 1)]:
+            b.add_event(_ev(source, seq))
+        b.learn([(0, (1, 0)), (1, (2, 0))], stable=2)
+        assert [e.id for e in b.deliver()] == [(1, 0), (2, 0)]
+        b.learn([(3, (3, 0)), (7, (3, 1))], stable=0)  # tentative
+        return b
+
+    # From position 1: delivered; in the pool; in the pool, its position
+    # taken by (3, 0); assigned at 7; not here; back in the pool.
+    ids = ((2, 0), (1, 1), (2, 1), (3, 1), (4, 0), (3, 0))
+    batched, single = book(), book()
+    batched.learn_batches([Batch(first=1, ids=ids, holders=frozenset({1}))], stable=7)
+    single.learn(list(enumerate(ids, 1)), stable=7)
+    for b in (batched, single):
+        b.add_event(_ev(4, 0))
+    assert batched.sizes() == single.sizes()
+    assert [batched.assignment(s) for s in range(9)] == [single.assignment(s) for s in range(9)]
+    assert [e.id for e in batched.deliver()] == [e.id for e in single.deliver()]
+    assert batched.next_deliver == single.next_deliver == 7
+    assert batched.digest == single.digest
+    # A payload in the pool at a delivered position: a divergence either way.
+    for learn in (
+        lambda b: b.learn_batches([Batch(first=0, ids=((1, 1),), holders=frozenset({1}))], 0),
+        lambda b: b.learn([(0, (1, 1))], 0),
+    ):
+        with pytest.raises(Divergence, match="delivered"):
+            learn(book())
 
 
 def _data_events(out: list[tuple[int, Message]], dest: int) -> list[list[int]]:

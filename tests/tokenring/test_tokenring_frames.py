@@ -318,3 +318,33 @@ def test_hostile_runs_are_refused(first: int, count: int, fault: str) -> None:
     body += struct.pack(">I", 0) + struct.pack(">I", 0)
     assert c.receive(pack_header(kind.code, 1, GROUP) + body) is None
     assert c.rejected[fault] == 1
+
+
+@pytest.mark.parametrize(
+    ("entry", "fault"),
+    [
+        (struct.pack(">QQQBI", 1, 0, 0, 7, 0) + b"1234567", "bad-signature-size"),
+        (struct.pack(">QQQBI", 1, 0, 0, 64, 0) + b"s" * 10, "truncated"),
+        (struct.pack(">QQQBI", 1, 0, 0, 0, 1000) + b"abc", "truncated"),
+        (struct.pack(">QQQBI", 1, 0, 0, 0, LIMITS.max_payload_size + 1), "oversized"),
+    ],
+)
+def test_hostile_batch_events_are_refused(entry: bytes, fault: str) -> None:
+    from epto._frames import pack_header
+
+    c = codec()
+    kind = token_ring_registry().by_type(DataBatch)
+    good = struct.pack(">QQQBI", 2, 5, 0, 0, 4) + b"incr"
+    body = struct.pack(">I", 2) + good + entry
+    assert c.receive(pack_header(kind.code, 1, GROUP) + body) is None
+    assert c.rejected[fault] == 1
+    # The same batch with two good events, one of them signed, is accepted.
+    signed = struct.pack(">QQQBI", 3, 0, 0, 64, 1) + b"s" * 64 + b"x"
+    frame = c.receive(pack_header(kind.code, 1, GROUP) + struct.pack(">I", 2) + good + signed)
+    assert frame is not None
+    assert frame.message == DataBatch(
+        events=(
+            Event(source=2, seq=5, ts=0, payload=b"incr"),
+            Event(source=3, seq=0, ts=0, payload=b"x", signature=b"s" * 64),
+        )
+    )
