@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import multiprocessing as mp
+import queue as queue_module
 import socket
 import threading
 import time
@@ -508,6 +509,13 @@ def _worker(
 # -- the parent ------------------------------------------------------------------
 
 
+_RESULT_GRACE = 60.0
+"""Seconds the parent waits for the workers' results beyond ``--timeout``
+(their start-up and their own bounded waits); a worker still silent then
+is reported as failed and its system's row says so, and the next system
+still runs."""
+
+
 def _percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -526,15 +534,28 @@ def _measure(system: str, args: argparse.Namespace) -> dict[str, Any]:
     for proc in procs:
         proc.start()
     results: dict[int, dict[str, Any]] = {}
+    wait = args.timeout + _RESULT_GRACE
+    deadline = time.monotonic() + wait
     try:
-        for _ in range(3):
-            index, result = queue.get(timeout=args.timeout + 60)
+        while len(results) < 3:
+            try:
+                index, result = queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue_module.Empty:
+                break
             results[index] = result
     finally:
+        # A worker that missed the deadline is stopped at once: its result
+        # would come too late to count, and waiting for it only delays the
+        # next system's run.
+        late = len(results) < 3
         for proc in procs:
+            if late:
+                proc.kill()
             proc.join(timeout=10)
             if proc.is_alive():
                 proc.kill()
+    for index in range(3):
+        results.setdefault(index, {"error": f"worker {index}: no result within {wait:g} s"})
     errors = [r["error"] for r in results.values() if "error" in r]
     if errors:
         return {"system": system, "error": "; ".join(errors)}
