@@ -76,19 +76,12 @@ class DeliveryBuffer:
         """:meth:`put` every delivery ``next_delivery`` hands out, until it
         has none or an overflow stops the buffer (one call per turn, not per
         delivery: a turn moves every delivery an input produced)."""
-        items = self._items
-        capacity = self.capacity
+        put = self.put
         while not self.overflowed:
             delivery = next_delivery()
             if delivery is None:
                 return
-            if len(items) >= capacity:
-                if self.policy == "drop":
-                    self.dropped += 1
-                    continue
-                self.overflowed = True
-                return
-            items.append(delivery)
+            put(delivery)
 
     def get(self) -> Delivery | None:
         return self._items.popleft() if self._items else None

@@ -107,24 +107,7 @@ def put_events(out: Out, events: tuple[Event, ...], limits: Limits) -> None:
 
 def get_events(r: Reader, limits: Limits) -> tuple[Event, ...]:
     n = r.count(4, limits.max_events_per_ball, EVENT_HEAD_SIZE, "events")
-    # get_event, inline: it runs once per event of every batch received.
-    unpack = r.unpack
-    blob = r.blob
-    max_payload = limits.max_payload_size
-    events = []
-    for _ in range(n):
-        source, seq, ts, siglen, plen = unpack(_EVENT)
-        if siglen:
-            if siglen != SIGNATURE_SIZE:
-                raise RemoteProtocolError(
-                    f"signature of {siglen} bytes", fault="bad-signature-size"
-                )
-            signature = blob(siglen, SIGNATURE_SIZE, "signature")
-        else:
-            signature = b""
-        payload = blob(plen, max_payload, "payload")
-        events.append(Event(source=source, seq=seq, ts=ts, payload=payload, signature=signature))
-    return tuple(events)
+    return tuple(get_event(r, limits) for _ in range(n))
 
 
 def put_ids(out: Out, ids: tuple[EventId, ...], limits: Limits) -> None:
