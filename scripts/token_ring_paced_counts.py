@@ -62,12 +62,10 @@ def _worker(
     # ("submit": the submitter, "apply": the application's loop, "turn": the
     # turn task alone). A pass with no time waited (trio polls without
     # sleeping between two batches of tasks) counts too.
-    from collections import Counter as Tally
-
     from epto.tokenring import TokenRingProcess
 
     fed: list[str] = []
-    passes: Tally[str] = Tally()
+    passes: Counter[str] = Counter()
     if args.wake_ups:
         receive = TokenRingProcess.receive
         handle_timer = TokenRingProcess.handle_timer
@@ -86,7 +84,7 @@ def _worker(
 
     tasks = {"_trio_submit": "submit", "main": "apply"}
 
-    class Counter(trio.abc.Instrument):
+    class Counting(trio.abc.Instrument):
         def before_task_step(self, task: Any) -> None:
             if counting[0]:
                 counts["steps"] += 1
@@ -150,7 +148,7 @@ def _worker(
                 await trio.to_thread.run_sync(barrier.wait)
                 nursery.cancel_scope.cancel()
 
-    trio.run(main, instruments=[Counter()])
+    trio.run(main, instruments=[Counting()])
     out.update(counts)
     out["passes"] = passes
     queue.put((index, out))
