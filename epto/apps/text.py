@@ -30,8 +30,13 @@ Rules:
   what the group will agree on once they are delivered.
 * **History collection**: the history keeps the operations at or above
   ``floor``, the least ``ref`` among the authors heard in the last
-  ``horizon`` operations, and never more than ``horizon`` operations (an
-  author silent that long must resync through the state-machine layer).
+  ``horizon`` operations and the last quarter of the horizon (for an
+  author's first operation, before the group heard of it), and never more
+  than ``horizon`` operations.
+* **A refused operation is not lost**: its author's edits are still pending,
+  rebased over everything applied since; when its own operation comes back
+  ``"stale"`` (an author silent for the horizon, or a first operation that
+  the others outran) it sends them again against the present version.
 """
 
 from __future__ import annotations
@@ -155,6 +160,13 @@ class TextDocument(StateMachine):
         op = _decode(raw, self._max_length)
         if not self.floor <= ref <= self.version:
             self.refused += 1
+            if author == self.author and self._in_flight == (seq, ref):
+                # Our own operation, refused alike everywhere: its edits are
+                # still pending here, rebased over every operation applied
+                # since (the local view), so they go again against the
+                # present version instead of waiting forever for an answer.
+                self._in_flight = None
+                self._send_next()
             return "stale"
         final = op
         for index in range(ref - self.floor, len(self._history)):
@@ -191,7 +203,11 @@ class TextDocument(StateMachine):
     def _collect(self) -> None:
         oldest = self.version - self._horizon
         recent = [ref for ref, heard in self._refs.values() if heard > oldest]
-        floor = max(min(recent, default=self.version), oldest)
+        # An author not heard yet has no ref here: keep the last quarter of
+        # the horizon for its first operation, which may be in the order
+        # while the others' operations move the floor.
+        recent.append(self.version - max(1, self._horizon // 4))
+        floor = max(min(recent), oldest)
         for author in [a for a, (_, heard) in self._refs.items() if heard <= oldest]:
             del self._refs[author]
         while self.floor < floor and self._history:

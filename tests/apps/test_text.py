@@ -153,3 +153,44 @@ def test_a_stale_operation_is_refused_alike_and_cursors_move_with_edits() -> Non
     assert transform_position(2, (Insert(0, "xy"),)) == 4
     assert transform_position(2, (Delete(0, 1),)) == 1
     assert transform_position(2, (Insert(2, "q"),), stick_left=True) == 2
+
+
+def _outrun(docs: list[TextDocument]) -> list[tuple[int, int, int, object]]:
+    """The third author's first operation, sent on the first text and held
+    back while the other two apply three operations each."""
+    a, b, c = docs
+    a.local_edit((Insert(0, "hello"),))
+    _deliver(docs, a.take_outgoing())
+    c.local_edit((Insert(5, "!"),))
+    first = c.take_outgoing()
+    for _ in range(3):
+        a.local_edit((Insert(0, "a"),))
+        _deliver(docs, a.take_outgoing())
+        b.local_edit((Insert(0, "b"),))
+        _deliver(docs, b.take_outgoing())
+    return first
+
+
+def test_a_first_operation_the_others_outran_is_applied() -> None:
+    docs = [TextDocument(1), TextDocument(2), TextDocument(3)]
+    _deliver(docs, _outrun(docs))
+    assert {doc.text for doc in docs} == {"bababahello!"}
+    assert all(doc.refused == 0 for doc in docs)
+    assert docs[2].pending() == 0 and docs[2].view == docs[2].text
+
+
+def test_an_author_whose_operation_is_refused_as_stale_sends_its_edits_again() -> None:
+    # A horizon of 8 keeps 2 operations for an author not heard yet: the
+    # six operations of the others take the floor past the third's ref.
+    docs = [TextDocument(p, horizon=8) for p in (1, 2, 3)]
+    a, b, c = docs
+    _deliver(docs, _outrun(docs))
+    assert a.refused == b.refused == c.refused == 1
+    assert a.text == b.text == "bababahello" and c.view == "bababahello!"
+    again = c.take_outgoing()
+    assert len(again) == 1 and again[0][2] == c.version  # against the present version
+    _deliver(docs, again)
+    assert a.text == b.text == c.text == c.view == "bababahello!"
+    assert c.pending() == 0
+    c.local_edit((Insert(0, ">"),))
+    assert len(c.take_outgoing()) == 1  # and it goes on editing
