@@ -33,10 +33,14 @@ Rules:
   ``horizon`` operations and the last quarter of the horizon (for an
   author's first operation, before the group heard of it), and never more
   than ``horizon`` operations.
-* **A refused operation is not lost**: its author's edits are still pending,
-  rebased over everything applied since; when its own operation comes back
-  ``"stale"`` (an author silent for the horizon, or a first operation that
-  the others outran) it sends them again against the present version.
+* **A refused operation does not stop its author**: its edits are still
+  pending, rebased over everything applied since; when its own operation
+  comes back ``"stale"`` (an author silent for the horizon, or a first
+  operation that the others outran) it sends them again against the present
+  version. One refused as ``"too long"`` (the text would exceed
+  ``max_length``) would be refused again: its author drops what is pending
+  and its view becomes the group's text (a change with an empty ``op``, as
+  after a restore).
 """
 
 from __future__ import annotations
@@ -174,6 +178,13 @@ class TextDocument(StateMachine):
         text = apply(self.text, final)
         if len(text) > self._max_length:
             self.refused += 1
+            if author == self.author and self._in_flight == (seq, ref):
+                # Our own operation, refused alike everywhere, and it would be
+                # again: drop what is pending (the edits after it were built
+                # on it) and show the text as the group has it.
+                self._pending.clear()
+                self._in_flight = None
+                self.changes.append(Change(op=(), remote=True))
             return "too long"
         self.text = text
         self.version += 1

@@ -194,3 +194,19 @@ def test_an_author_whose_operation_is_refused_as_stale_sends_its_edits_again() -
     assert c.pending() == 0
     c.local_edit((Insert(0, ">"),))
     assert len(c.take_outgoing()) == 1  # and it goes on editing
+
+
+def test_an_author_whose_operation_is_too_long_drops_its_pending_edits_and_goes_on() -> None:
+    docs = [TextDocument(p, max_length=8) for p in (1, 2)]
+    a, b = docs
+    a.local_edit((Insert(0, "hello"),))
+    _deliver(docs, a.take_outgoing())
+    a.local_edit((Insert(5, " world"),))  # 11 characters: over the limit
+    a.local_edit((Insert(0, ">"),))  # built on it, pending behind it
+    _deliver(docs, a.take_outgoing())
+    assert a.refused == b.refused == 1 and a.text == b.text == "hello"
+    assert a.pending() == 0 and a.view == "hello"
+    assert a.take_changes()[-1].op == ()  # the view is reset to the text
+    a.local_edit((Insert(5, "!"),))
+    _deliver(docs, a.take_outgoing())
+    assert a.text == b.text == a.view == "hello!"
