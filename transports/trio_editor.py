@@ -91,7 +91,7 @@ class EditorServer:
         self.doc = TextDocument(author=node.pid, horizon=cfg.horizon)
         self.node = ReplicatedNode(self.doc, node, attrs.evolve(cfg.replica, on_applied=self._pump))
         self.name = cfg.name or f"replica {node.pid}"
-        self.presence = Presence(node.pid)
+        self.presence = Presence(node.pid, cfg.presence_peers)
         self._pages: dict[PageSession, trio.MemorySendChannel[str]] = {}
         self._caret = (0, 0)
         self._caret_moved = trio.Event()
@@ -291,11 +291,7 @@ class EditorServer:
         assert self._udp is not None
         while True:
             data, _ = await self._udp.recvfrom(4096)
-            try:
-                message = json.loads(data)
-            except ValueError:
-                continue
-            if self.presence.heard(message, trio.current_time(), len(self.doc.view)):
+            if self.presence.heard(data, trio.current_time(), len(self.doc.view)):
                 self._send_all(self.presence.message())
 
     # -- the bot -------------------------------------------------------------------------

@@ -16,7 +16,9 @@ unacknowledged edits before it touches the textarea.
 
 from __future__ import annotations
 
+import json
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -120,22 +122,39 @@ class Cursor:
 
 
 class Presence:
-    """The other replicas' cursors, moved along with the changes applied here."""
+    """The other replicas' cursors, moved along with the changes applied here.
 
-    def __init__(self, own: int, ttl: float = 5.0) -> None:
+    Only ``authors`` (the replicas this one exchanges presence with) are
+    heard: a datagram from anyone else, or one that is not a presence
+    message, is counted in ``refused`` and changes nothing, so what the
+    network sends keeps at most one cursor per known replica.
+    """
+
+    def __init__(self, own: int, authors: Iterable[int], ttl: float = 5.0) -> None:
         self.own = own
+        self.authors = frozenset(authors) - {own}
         self.ttl = ttl
         self.cursors: dict[int, Cursor] = {}
+        self.refused = 0
 
-    def heard(self, message: Any, now: float, length: int) -> bool:
-        """A presence datagram's content; whether it was one."""
+    def heard(self, data: bytes, now: float, length: int) -> bool:
+        """A presence datagram; whether it moved a cursor (a refused one does not)."""
+        try:
+            message = json.loads(data)
+        except ValueError:
+            message = None
         if not isinstance(message, dict):
+            self.refused += 1
             return False
         author, pos, end = message.get("author"), message.get("pos"), message.get("end")
         name, color = message.get("name"), message.get("color")
-        if not all(isinstance(v, int) for v in (author, pos, end)) or author == self.own:
-            return False
-        if not isinstance(name, str) or not isinstance(color, str):
+        if (
+            not all(type(v) is int for v in (author, pos, end))
+            or author not in self.authors
+            or not isinstance(name, str)
+            or not isinstance(color, str)
+        ):
+            self.refused += 1
             return False
         assert isinstance(author, int) and isinstance(pos, int) and isinstance(end, int)
         self.cursors[author] = Cursor(
