@@ -162,13 +162,15 @@ class TextDocument(StateMachine):
         if not (isinstance(author, int) and isinstance(seq, int) and isinstance(ref, int)):
             raise ValueError("author, seq and ref are integers")
         op = _decode(raw, self._max_length)
+        # Our own operation in the order (its edits are pending here).
+        own = author == self.author and self._in_flight == (seq, ref)
         if not self.floor <= ref <= self.version:
             self.refused += 1
-            if author == self.author and self._in_flight == (seq, ref):
-                # Our own operation, refused alike everywhere: its edits are
-                # still pending here, rebased over every operation applied
-                # since (the local view), so they go again against the
-                # present version instead of waiting forever for an answer.
+            if own:
+                # Refused alike everywhere; its edits are still pending here,
+                # rebased over every operation applied since (the local
+                # view), so they go again against the present version
+                # instead of waiting forever for an answer.
                 self._in_flight = None
                 self._send_next()
             return "stale"
@@ -178,10 +180,10 @@ class TextDocument(StateMachine):
         text = apply(self.text, final)
         if len(text) > self._max_length:
             self.refused += 1
-            if author == self.author and self._in_flight == (seq, ref):
-                # Our own operation, refused alike everywhere, and it would be
-                # again: drop what is pending (the edits after it were built
-                # on it) and show the text as the group has it.
+            if own:
+                # Refused alike everywhere, and it would be again: drop what
+                # is pending (the edits after it were built on it) and show
+                # the text as the group has it.
                 self._pending.clear()
                 self._in_flight = None
                 self.changes.append(Change(op=(), remote=True))
@@ -191,8 +193,8 @@ class TextDocument(StateMachine):
         self._history.append(final)
         self._refs[author] = (ref, self.version)
         self._collect()
-        if author == self.author and self._in_flight == (seq, ref):
-            # Our own operation: the local view already holds it in this form.
+        if own:
+            # The local view already holds it in this form.
             self._pending.popleft()
             self._in_flight = None
             self._send_next()

@@ -516,6 +516,34 @@ is reported as failed and its system's row says so, and the next system
 still runs."""
 
 
+def collect_results(
+    results: Any,
+    n: int,
+    wait: float,
+    on_result: Callable[[int, dict[str, Any]], None] | None = None,
+) -> dict[int, dict[str, Any]]:
+    """The ``(index, result)`` pairs workers ``0 .. n - 1`` put on the queue
+    ``results`` within ``wait`` seconds (``on_result`` called on each as it
+    comes); a worker still silent then gets an error result that says so
+    (and ``"missing": True``).
+    Shared by the benchmarks that run their workers as processes."""
+    out: dict[int, dict[str, Any]] = {}
+    deadline = time.monotonic() + wait
+    while len(out) < n:
+        try:
+            index, result = results.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue_module.Empty:
+            break
+        out[index] = result
+        if on_result is not None:
+            on_result(index, result)
+    for index in range(n):
+        out.setdefault(
+            index, {"error": f"worker {index}: no result within {wait:g} s", "missing": True}
+        )
+    return out
+
+
 def _percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -533,29 +561,20 @@ def _measure(system: str, args: argparse.Namespace) -> dict[str, Any]:
     ]
     for proc in procs:
         proc.start()
-    results: dict[int, dict[str, Any]] = {}
-    wait = args.timeout + _RESULT_GRACE
-    deadline = time.monotonic() + wait
+    late = True
     try:
-        while len(results) < 3:
-            try:
-                index, result = queue.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue_module.Empty:
-                break
-            results[index] = result
+        results = collect_results(queue, 3, args.timeout + _RESULT_GRACE)
+        late = any(r.get("missing") for r in results.values())
     finally:
         # A worker that missed the deadline is stopped at once: its result
         # would come too late to count, and waiting for it only delays the
         # next system's run.
-        late = len(results) < 3
         for proc in procs:
             if late:
                 proc.kill()
             proc.join(timeout=10)
             if proc.is_alive():
                 proc.kill()
-    for index in range(3):
-        results.setdefault(index, {"error": f"worker {index}: no result within {wait:g} s"})
     errors = [r["error"] for r in results.values() if "error" in r]
     if errors:
         return {"system": system, "error": "; ".join(errors)}

@@ -44,7 +44,6 @@ import hashlib
 import json
 import multiprocessing as mp
 import os
-import queue as queue_module
 import threading
 import time
 from typing import Any
@@ -689,7 +688,7 @@ def _worker(job: tuple[Any, ...], index: int, ports: list[int], args: Any, sync:
 
 
 def _spawn(job: tuple[Any, ...], n: int, args: argparse.Namespace) -> dict[int, dict[str, Any]]:
-    from epto.benchmarks.replication import _free_ports
+    from epto.benchmarks.replication import _free_ports, collect_results
 
     ctx = mp.get_context("spawn")
     sync: dict[str, Any] = {
@@ -709,26 +708,19 @@ def _spawn(job: tuple[Any, ...], n: int, args: argparse.Namespace) -> dict[int, 
     ]
     for proc in procs:
         proc.start()
-    results: dict[int, dict[str, Any]] = {}
+
+    def finish_on(index: int, result: dict[str, Any]) -> None:
+        if index == 3 or "error" in result:
+            sync["finished"].set()
+
     try:
-        deadline = time.time() + 2 * args.timeout + 60
-        while len(results) < n:
-            try:
-                index, result = sync["results"].get(timeout=max(1.0, deadline - time.time()))
-            except queue_module.Empty:
-                break
-            results[index] = result
-            if index == 3 or "error" in result:
-                sync["finished"].set()
+        return collect_results(sync["results"], n, 2 * args.timeout + 60, finish_on)
     finally:
         sync["finished"].set()
         for proc in procs:
             proc.join(timeout=15)
             if proc.is_alive():
                 proc.kill()
-    for i in range(n):
-        results.setdefault(i, {"error": "no result (timed out or crashed)"})
-    return results
 
 
 def _throughput(system: str, workload: str, load: str, args: argparse.Namespace) -> dict[str, Any]:
