@@ -38,12 +38,17 @@ and the ordering component skips the timestamp test of a layer whose floor is
 above the last delivered timestamp.
 
 Every dict in a layered ball is shared between balls and processes and is
-never mutated once the ball exists.
+never mutated once the ball exists. The process and the ordering component
+read the layers through :attr:`LayeredBall.parts` and
+:attr:`LayeredBall.dense_index`.
+
+Size: the ball and its two merges (about 430 lines) stay together: the
+merges build balls in the layout the ball keeps, and read it.
 """
 
 from __future__ import annotations
 
-from collections.abc import ItemsView, Iterable, Iterator, Mapping, ValuesView
+from collections.abc import ItemsView, Iterable, Iterator, Mapping, Sequence, ValuesView
 from itertools import chain, islice, zip_longest
 from operator import attrgetter, itemgetter
 from typing import TypeAlias
@@ -202,6 +207,32 @@ class LayeredBall(Mapping[EventId, BallEntry]):
         ball._size = size
         ball.max_ts = max_ts
         return ball
+
+    @classmethod
+    def of_layer(cls, ttl: int, layer: dict[EventId, Event]) -> LayeredBall:
+        """A ball of one non-empty layer of ``ttl`` (an int in ``[0, 4096)``),
+        which it shares: the caller never mutates ``layer`` again while the
+        ball is in use (a process's own events, put in a round's merge)."""
+        stamps = list(map(_ts, layer.values()))
+        top = max(stamps)
+        dense: Dense = [None] * (ttl + 1)
+        dense[ttl] = layer
+        return cls._with_dense([(ttl, layer, min(stamps), top)], dense, len(layer), top)
+
+    @property
+    def parts(self) -> Sequence[Part]:
+        """The layers as :data:`Part` tuples ``(ttl, {event id: event}, floor,
+        top)`` by increasing ttl, none empty: what the process and the
+        ordering component read instead of entries. Shared between balls:
+        read only."""
+        return self._parts
+
+    @property
+    def dense_index(self) -> Sequence[dict[EventId, Event] | None] | None:
+        """The layers indexed by ttl (:data:`Dense`), or None for a ball that
+        keeps no index (a ttl out of ``[0, 4096)``, or a sparse ball); every
+        ttl of the ball is below its length. Read only."""
+        return self._dense
 
     @property
     def layers(self) -> Mapping[int, Mapping[EventId, Event]]:

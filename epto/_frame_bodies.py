@@ -149,9 +149,9 @@ def decode_ball_held(
     frame is ``fault="duplicate"`` whichever of the three it falls in.
     """
     n = reader.count(2, limits.max_events_per_ball, EVENT_FIXED_SIZE, "events")
-    data = reader._data
+    data = reader.data
     pos = reader.pos
-    end = reader._end
+    end = reader.end
     max_payload = limits.max_payload_size
     unpack = _ENTRY.unpack_from
     startswith = data.startswith

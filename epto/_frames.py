@@ -120,6 +120,18 @@ class Reader:
     def remaining(self) -> int:
         return self._end - self.pos
 
+    @property
+    def data(self) -> bytes:
+        """The bytes read from, for a decoder that walks a run of records
+        itself (checking every bound against :attr:`end`) and then sets
+        :attr:`pos` past them."""
+        return self._data
+
+    @property
+    def end(self) -> int:
+        """Where the body ends in :attr:`data`: nothing at or past it is read."""
+        return self._end
+
     def _take(self, n: int) -> int:
         pos = self.pos
         if n > self._end - pos:

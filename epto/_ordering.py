@@ -166,7 +166,7 @@ class Ordering:
         self._round += 1
         r = self._round
         if ball:
-            parts = ball._parts if type(ball) is LayeredBall else LayeredBall(ball)._parts
+            parts = ball.parts if type(ball) is LayeredBall else LayeredBall(ball).parts
             last = self.last_delivered_ts
             stale: list[Event] = []
             bucket_of = self._buckets.get

@@ -211,7 +211,7 @@ class Process:
         if type(ball) is not LayeredBall or ball.max_ts > ceiling:
             self._receive_entries(ball, ceiling, self.clock_cap(now))
             return
-        dense = ball._dense
+        dense = ball.dense_index
         # A dense index holds every ttl of the ball in [0, len(dense)).
         if (dense is None or len(dense) > TTL_MAX + 1) and not _ttls_in_bounds(ball):
             self._receive_entries(ball, ceiling, self.clock_cap(now))
@@ -223,11 +223,11 @@ class Process:
                 self._behind = max(self._behind, max_ts)
                 max_ts = target
             self._clock = max_ts
-        parts = ball._parts
+        parts = ball.parts
         # Parts are in increasing ttl: the first says whether any is relayed.
         if parts and parts[0][0] < self._relay_ttl:
             self._pending.append(ball)
-        self._entries_received += ball._size
+        self._entries_received += len(ball)
 
     def ts_ceiling(self, now: float) -> int:
         """The largest timestamp a received event may carry at ``now``.
@@ -396,10 +396,9 @@ class Process:
         if self._loose:
             sources.append(LayeredBall(self._loose))
         if self._own:
-            stamps = [event.ts for event in self._own.values()]
-            top = max(stamps)
-            part = (0, self._own, min(stamps), top)
-            sources.append(LayeredBall._with_dense([part], [self._own], len(self._own), top))
+            # Shared, not copied: the round that merges it starts a new dict
+            # (broadcasts add to the dict of the coming round only).
+            sources.append(LayeredBall.of_layer(0, self._own))
         return sources
 
     def _run_round(self, now: float) -> None:
@@ -451,7 +450,7 @@ def _ttls_in_bounds(ball: LayeredBall) -> bool:
     """Whether a layered ball's ttls are in ``[0, TTL_MAX]``. Its events are
     trusted to be well-formed (a layered ball is built in this Python
     process; decoded balls are plain dicts, checked per entry)."""
-    parts = ball._parts
+    parts = ball.parts
     if not parts:
         return True
     # Parts are kept in increasing ttl: the first and the last bound the rest.

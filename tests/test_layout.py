@@ -62,3 +62,57 @@ def test_every_package_is_listed_for_the_install() -> None:
         if path.name == "__init__.py" and not name.endswith(".data")
     }
     assert found == listed
+
+
+def _foreign_private_reads(name: str, text: str) -> list[str]:
+    """Where module ``name`` (source ``text``) reads a private attribute
+    (``x._y``, not a dunder) that it does not own: neither ``self`` nor
+    ``cls``, nor a module it imported, nor an attribute the module itself
+    assigns (``self._y = ...``, a slot or a class attribute: its own
+    class's, read on another instance or by a helper of the same module)."""
+    tree = ast.parse(text)
+    owned: set[str] = set()
+    modules: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            owned.add(node.attr)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            owned.add(node.name)
+        elif isinstance(node, ast.AnnAssign | ast.Assign):
+            targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
+            owned.update(t.id for t in targets if isinstance(t, ast.Name))
+            if isinstance(node.value, ast.Tuple | ast.List):  # __slots__
+                for item in node.value.elts:
+                    if isinstance(item, ast.Constant) and isinstance(item.value, str):
+                        owned.add(item.value)
+        elif isinstance(node, ast.Import):
+            modules.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            # `from . import _x` and `from epto import _x`: modules (or
+            # names) of the package, whose own privates it may read.
+            modules.update(a.asname or a.name for a in node.names)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
+            continue
+        attr = node.attr
+        if (attr.startswith("__") and attr.endswith("__")) or attr in owned:
+            continue
+        base = node.value
+        if isinstance(base, ast.Name) and (base.id in ("self", "cls") or base.id in modules):
+            continue
+        found.append(f"{name}:{node.lineno}: .{attr}")
+    return found
+
+
+def test_no_module_reads_another_modules_private_attributes() -> None:
+    found = []
+    for name, path in import_graph.modules().items():
+        found += _foreign_private_reads(name, path.read_text())
+    assert found == []
+
+
+def test_the_private_read_check_can_fail() -> None:
+    text = "import os\nclass A:\n    __slots__ = ('_a',)\n    def f(self, b, c):\n"
+    text += "        return self._x, b._a, os._exit, c._parts, b.__class__\n"
+    assert _foreign_private_reads("m", text) == ["m:5: ._parts"]

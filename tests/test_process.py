@@ -284,7 +284,7 @@ def test_the_merge_keeps_the_largest_ttl_below_the_limit(
     exact, read_below = epto._ball._EVENTS_PER_PART, (0, 1 << 30)[limit % 2]
     epto._ball._EVENTS_PER_PART = read_below
     try:
-        merged, size, max_ts = merge_parts([source._parts for source in sources], limit)
+        merged, size, max_ts = merge_parts([source.parts for source in sources], limit)
     finally:
         epto._ball._EVENTS_PER_PART = exact
     flat = {eid: t for t, layer, _, _ in merged for eid in layer}
@@ -351,16 +351,16 @@ def test_the_merge_by_dense_index_equals_the_merge_of_sorted_parts(
     epto._ball._EVENTS_PER_PART = read_below
     try:
         merged = merge_balls(balls, limit, age)
-        parts, size, max_ts = merge_parts([ball._parts for ball in balls], limit)
+        parts, size, max_ts = merge_parts([ball.parts for ball in balls], limit)
     finally:
         epto._ball._EVENTS_PER_PART = exact
     aged = [(t + age, layer, low, high) for t, layer, low, high in parts]
-    assert shape(merged._parts) == shape(aged)
+    assert shape(merged.parts) == shape(aged)
     assert len(merged) == size
     assert merged.max_ts == max_ts
-    dense = merged._dense
+    dense = merged.dense_index
     if dense is not None:
-        by_ttl = {t: layer for t, layer, _, _ in merged._parts}
+        by_ttl = {t: layer for t, layer, _, _ in merged.parts}
         assert all(dense[t] is layer for t, layer in by_ttl.items())
         assert all(layer is None for t, layer in enumerate(dense) if t not in by_ttl)
 
@@ -369,13 +369,23 @@ def test_a_ball_with_a_ttl_out_of_range_or_few_parts_keeps_no_index() -> None:
     import epto._ball
 
     a, b = ev(1, 0, 3), ev(2, 0, 4)
-    assert LayeredBall({a.id: (a, 2), b.id: (b, 0)})._dense == [{b.id: b}, None, {a.id: a}]
-    assert LayeredBall({a.id: (a, -1)})._dense is None
-    assert LayeredBall({a.id: (a, epto._ball._DENSE_TTLS)})._dense is None
-    assert LayeredBall()._dense == []
+    assert LayeredBall({a.id: (a, 2), b.id: (b, 0)}).dense_index == [{b.id: b}, None, {a.id: a}]
+    assert LayeredBall({a.id: (a, -1)}).dense_index is None
+    assert LayeredBall({a.id: (a, epto._ball._DENSE_TTLS)}).dense_index is None
+    assert LayeredBall().dense_index == []
     # Sparse: fewer parts than one per four ttls up to the highest.
-    assert LayeredBall({a.id: (a, 3)})._dense == [None, None, None, {a.id: a}]
-    assert LayeredBall({a.id: (a, 4)})._dense is None
+    assert LayeredBall({a.id: (a, 3)}).dense_index == [None, None, None, {a.id: a}]
+    assert LayeredBall({a.id: (a, 4)}).dense_index is None
+
+
+def test_a_ball_of_one_layer_shares_it_and_equals_the_ball_of_its_entries() -> None:
+    a, b = ev(1, 0, 3), ev(2, 0, 9)
+    layer = {a.id: a, b.id: b}
+    ball = LayeredBall.of_layer(2, layer)
+    assert ball == LayeredBall({a.id: (a, 2), b.id: (b, 2)})
+    assert ball.parts == [(2, layer, 3, 9)] and ball.parts[0][1] is layer
+    assert ball.dense_index == [None, None, layer]
+    assert ball.max_ts == 9 and len(ball) == 2
 
 
 class _NoPeersAtFirst:

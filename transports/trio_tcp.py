@@ -66,7 +66,7 @@ from epto.tokenring import TokenRingProcess
 
 from ._trio.loop import TrioDriver
 from ._trio.tcp_config import TcpNodeConfig, TcpNodeStatistics
-from ._trio.tcp_inbound import InboundGate
+from ._trio.tcp_inbound import Inbound, InboundGate
 from ._trio.tcp_links import PeerLinks
 from ._trio.tcp_tokenring import MemberExcludedError, TokenRingNodeConfig, TokenRingNodeStatistics
 
@@ -117,7 +117,7 @@ class TcpNode(TrioDriver, Generic[E]):
         self._listeners: list[trio.SocketListener] = []
         self._counts = dict.fromkeys(("sent", "dropped", "connects", "connect_failures"), 0)
         self._links = PeerLinks(config, self._address_of, self._counts, self._opening, self._spawn)
-        self._gate = InboundGate(config, self)
+        self._gate = InboundGate(config, Inbound(self._feed_frame, self._refuse))
 
     # -- what the driver loop needs -----------------------------------------
 

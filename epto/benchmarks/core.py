@@ -24,7 +24,8 @@ Only the calls into the process are timed (CPU time, ``time.process_time``);
 building the balls is not. Figures: copies received (the sum of ball sizes)
 per CPU second for the whole path, for ``receive`` alone and for the round
 (``handle_timer``: building the next ball and ordering), and events per
-second handed to the ordering component alone.
+second through the ordering component alone (a twin of the process's,
+handed the ball the process ordered, right after its round).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from __future__ import annotations
 import argparse
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 _LAGS = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2)
@@ -132,7 +133,9 @@ def measure(
 ) -> dict[str, Any]:
     """Run the model for group size ``n`` and return the figures."""
     from epto import Config, Event, FullView, Process
+    from epto._ordering import Ordering
     from epto.params import derive_parameters
+    from epto.wire import LayeredBall
 
     params = derive_parameters(n, clock=clock)  # type: ignore[arg-type]
     fanout, ttl = params.fanout, params.ttl
@@ -149,25 +152,16 @@ def measure(
     ages: list[list[tuple[tuple[int, int], Any]]] = []
     seqs: dict[int, int] = {}
 
-    # The ordering component alone: wrap the process's call into it.
+    # The ordering component alone: a twin of the process's, handed the very
+    # ball the process ordered (the one it sends: the merged round ball),
+    # right after the process's round, so that it starts from the same caches
+    # and its state follows the process's exactly.
     ordering_time = 0.0
     ordering_events = 0
-    measuring = False
-    inner = proc._ordering
-
-    class TimedOrdering:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(inner, name)
-
-        def order(self, ball: Mapping[Any, Any]) -> None:
-            nonlocal ordering_time, ordering_events
-            t0 = time.process_time()
-            inner.order(ball)
-            if measuring:
-                ordering_time += time.process_time() - t0
-                ordering_events += len(ball)
-
-    proc._ordering = TimedOrdering()  # type: ignore[assignment]
+    twin = Ordering(
+        ttl=ttl, strict=ordering == "strict", tagged=config.tagged_delivery, emit=_discard
+    )
+    nothing = LayeredBall()
 
     warmup = ttl + 5
     receive_time = round_time = 0.0
@@ -194,10 +188,16 @@ def measure(
         t1 = time.process_time()
         proc.handle_timer(now)
         t2 = time.process_time()
-        proc.messages_to_send()
+        sent = proc.messages_to_send()
+        ball = sent[0][1] if sent else nothing
+        t3 = time.process_time()
+        twin.order(ball)
+        t4 = time.process_time()
         for _ in proc.deliveries():
             pass
         if measuring:
+            ordering_time += t4 - t3
+            ordering_events += len(ball)
             receive_time += t1 - t0
             round_time += t2 - t1
             copies += sum(len(b) for b in balls)
@@ -217,6 +217,10 @@ def measure(
         "ordering_rate": ordering_events / ordering_time if ordering_time else 0.0,
         "delivered": proc.statistics().delivered,
     }
+
+
+def _discard(_delivery: object) -> None:
+    """The twin ordering's deliveries: the process's own are the ones checked."""
 
 
 def _synth_ball(

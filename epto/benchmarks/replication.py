@@ -439,7 +439,7 @@ def _pysyncobj(
         addresses[index], addresses[:index] + addresses[index + 1 :], consumers=[counter], conf=conf
     )
     deadline = time.time() + 30
-    while obj._getLeader() is None and time.time() < deadline:
+    while obj.getStatus()["leader"] is None and time.time() < deadline:
         time.sleep(0.01)
     barrier.wait()
     t0 = time.time()

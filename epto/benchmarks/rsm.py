@@ -267,7 +267,7 @@ def _syncobj(ports: list[int], index: int, conf: Any, machine: Any) -> Any:
 
 def _wait_leader(obj: Any, timeout: float) -> None:
     deadline = time.time() + timeout
-    while (obj._getLeader() is None or not obj.isReady()) and time.time() < deadline:
+    while (obj.getStatus()["leader"] is None or not obj.isReady()) and time.time() < deadline:
         time.sleep(0.01)
 
 
@@ -625,9 +625,9 @@ def _catchup_pysyncobj(mb: float, index: int, ports: list[int], args: Any, sync:
     while machine.n < len(fills) and time.time() < deadline:
         time.sleep(0.01)
     obj.forceLogCompaction()
-    while obj._getRaftLogSize() > 3 and time.time() < deadline:
+    while obj.getStatus()["log_len"] > 3 and time.time() < deadline:
         time.sleep(0.01)
-    out["log_after_compaction"] = obj._getRaftLogSize()
+    out["log_after_compaction"] = obj.getStatus()["log_len"]
     sync["barrier"].wait(args.timeout)
     if index == 0:
         sync["go"].set()

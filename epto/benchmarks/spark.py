@@ -110,9 +110,11 @@ def tile(src: Path, dst: Path, tiles: int) -> int:
     return written
 
 
-def _tree_cpu(root_pid: int) -> float | None:
-    """CPU seconds (user + system, children included) of ``root_pid`` and its
-    descendants: the JVM and its Python workers. ``None`` without ``/proc``."""
+def _children_cpu() -> float | None:
+    """CPU seconds (user + system, reaped children included) of this
+    process's descendants: the JVM pyspark launched and its Python workers.
+    ``None`` without ``/proc``, or when nothing runs under this process (a
+    session on a JVM started elsewhere)."""
     stats: dict[int, tuple[int, float]] = {}
     try:
         entries = [e for e in os.listdir("/proc") if e.isdigit()]
@@ -128,12 +130,15 @@ def _tree_cpu(root_pid: int) -> float | None:
         # After the name: state, ppid, ... utime (14th field), stime, cutime, cstime.
         cpu = sum(int(f) for f in fields[11:15]) / tick
         stats[int(entry)] = (int(fields[1]), cpu)
-    total, todo = 0.0, [root_pid]
+    total, found, todo = 0.0, False, [os.getpid()]
     while todo:
         pid = todo.pop()
-        total += stats.get(pid, (0, 0.0))[1]
-        todo += [child for child, (parent, _) in stats.items() if parent == pid]
-    return total
+        children = [child for child, (parent, _) in stats.items() if parent == pid]
+        for child in children:
+            total += stats[child][1]
+            found = True
+        todo += children
+    return total if found else None
 
 
 def compare_reads(spark: Any, logs: Path, parquet: Path, records: int, repeats: int) -> None:
@@ -148,8 +153,6 @@ def compare_reads(spark: Any, logs: Path, parquet: Path, records: int, repeats: 
     given to it; the JVM reader prunes columns itself."""
     from pyspark.sql import functions as F
 
-    gateway = getattr(spark.sparkContext._gateway, "proc", None)
-    jvm = None if gateway is None else gateway.pid
     epto_df = spark.read.format("epto").load(str(logs))
     epto_df.write.mode("overwrite").parquet(str(parquet))
     parquet_df = spark.read.parquet(str(parquet))
@@ -189,7 +192,7 @@ def compare_reads(spark: Any, logs: Path, parquet: Path, records: int, repeats: 
         for name, df in dfs.items():
             times, cpus = [], []
             for _ in range(repeats):
-                before = None if jvm is None else _tree_cpu(jvm)
+                before = _children_cpu()
                 started = time.perf_counter()
                 try:
                     action(df)
@@ -197,7 +200,7 @@ def compare_reads(spark: Any, logs: Path, parquet: Path, records: int, repeats: 
                     print(f"  {label:16} {name}: failed ({type(exc).__name__})")
                     break
                 times.append(time.perf_counter() - started)
-                after = None if jvm is None else _tree_cpu(jvm)
+                after = _children_cpu()
                 if before is not None and after is not None:
                     cpus.append(after - before)
             if times:

@@ -14,7 +14,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import NoReturn
 
 # One line per sub-command module; order is the order of ``epto --help``.
 _COMMANDS = (
@@ -33,10 +33,21 @@ _COMMANDS = (
 
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line that points to ``--help``
-    (sub-command parsers are of the same class)."""
+    (sub-command parsers are of the same class), and which records in the
+    parsed arguments which parser parsed them (``command_parser``)."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extra = super().parse_known_args(args, namespace)
+        # A sub-command's parser returns before the parsers around it: the
+        # innermost one records itself first and is kept.
+        if getattr(parsed, "command_parser", None) is None:
+            parsed.command_parser = self
+        return parsed, extra
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,18 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _subparser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
+def _subparser(args: argparse.Namespace) -> argparse.ArgumentParser:
     """The parser of the innermost sub-command ``args`` were parsed for
     (``epto bench core``: the parser of ``core``)."""
-    while True:
-        choices: dict[str, argparse.ArgumentParser] = {}
-        name = None
-        for action in parser._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                choices, name = action.choices, getattr(args, action.dest, None)
-        if name not in choices:
-            return parser
-        parser = choices[name]
+    parser: argparse.ArgumentParser = args.command_parser
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -70,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:
         # Said by the sub-command's parser, which knows the options it lacks.
-        _subparser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
+        _subparser(args).error(f"unrecognized arguments: {' '.join(extra)}")
     from epto import ConfigurationError
 
     try:
@@ -80,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigurationError as exc:
         # A value out of range that the command did not catch itself (a
         # benchmark's group of one process, say): one line, like the parser's.
-        print(f"{_subparser(parser, args).prog}: {exc}", file=sys.stderr)
+        print(f"{_subparser(args).prog}: {exc}", file=sys.stderr)
         return 2
     return status
 

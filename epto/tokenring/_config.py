@@ -217,17 +217,9 @@ class TokenRingConfig:
     def scaled(self, factor: float) -> TokenRingConfig:
         """The same configuration with every time multiplied by ``factor`` (for
         example 1000 for a caller whose unit is the millisecond)."""
-        times = (
-            "token_hold",
-            "max_hold",
-            "heartbeat_interval",
-            "suspect_timeout",
-            "exclude_timeout",
-            "readmit_after",
-            "token_timeout",
-            "change_timeout",
-            "fetch_timeout",
-        )
+        # Every float field is a time: a hold, an interval or a timeout (a
+        # list written by hand once left broadcast_hold out).
+        times = [f.name for f in attrs.fields(TokenRingConfig) if f.type in (float, "float")]
         scaled = {name: getattr(self, name) * factor for name in times}
         optimistic = None if self.optimistic is None else self.optimistic.scaled(factor)
         return attrs.evolve(self, optimistic=optimistic, **scaled)

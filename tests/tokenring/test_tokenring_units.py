@@ -148,6 +148,27 @@ def test_config_validation_and_mode_choice() -> None:
         choose_mode(5, "ring")
 
 
+def test_scaled_multiplies_every_time_and_nothing_else() -> None:
+    cfg = TokenRingConfig(max_hold=0.1, k=2, max_batch=7)
+    scaled = cfg.scaled(1000)
+    times = {
+        "token_hold": 5.0,
+        "broadcast_hold": 5.0,
+        "max_hold": 100.0,
+        "heartbeat_interval": 50.0,
+        "suspect_timeout": 300.0,
+        "exclude_timeout": 5000.0,
+        "readmit_after": 1000.0,
+        "token_timeout": 1000.0,
+        "change_timeout": 400.0,
+        "fetch_timeout": 100.0,
+    }
+    for name, value in times.items():
+        assert getattr(scaled, name) == pytest.approx(value), name
+    assert scaled.k == 2 and scaled.max_batch == 7
+    assert scaled.log_retention == cfg.log_retention
+
+
 def test_process_api_errors() -> None:
     with pytest.raises(LocalProtocolError):
         TokenRingProcess(1, TokenRingConfig(), rng=random.Random(1), now=0.0, members=[2, 3])

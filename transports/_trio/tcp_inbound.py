@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from typing import Protocol
+from collections.abc import Callable
 
+import attrs
 import trio
 
 from epto import Limits
@@ -46,17 +47,17 @@ _FRAMES_PER_TURN = 16
 _BROKEN = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 
-class Inbound(Protocol):
-    """What a reader hands the frames to (the node, which feeds its endpoint)."""
+@attrs.frozen
+class Inbound:
+    """Where a reader hands what it cut out of a stream: the node's own
+    methods, handed over when it builds its gate (so the gate calls nothing
+    of the node but these two)."""
 
-    def _feed_frame(self, data: bytes, peer_host: str) -> bool | None:
-        """Feed one frame: True when the endpoint accepted it, False when it
-        refused it, None once the node is closed (the reader stops)."""
-        ...
-
-    def _refuse(self, fault: str) -> None:
-        """Count a frame the reader could not cut out of the stream."""
-        ...
+    feed_frame: Callable[[bytes, str], bool | None]
+    """Feed one frame from ``peer_host``: True when the endpoint accepted it,
+    False when it refused it, None once the node is closed (the reader stops)."""
+    refuse: Callable[[str], None]
+    """Count a frame the reader could not cut out of the stream (its fault)."""
 
 
 class InboundGate:
@@ -172,7 +173,7 @@ async def read_stream(
                         data = reader.next_frame()
                     except FramingError as error:
                         if not HEADER_SIZE <= error.length <= limits.max_frame_size:
-                            inbound._refuse("bad-length")
+                            inbound.refuse("bad-length")
                         if reader.opened:
                             return None
                         if error.length > reader.limit:
@@ -180,7 +181,7 @@ async def read_stream(
                         return "handshake-rejected"
                     if data is None:
                         break
-                    accepted = inbound._feed_frame(data, peer_host)
+                    accepted = inbound.feed_frame(data, peer_host)
                     if accepted is None:
                         return None
                     if not accepted:
