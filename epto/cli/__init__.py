@@ -34,10 +34,11 @@ _COMMANDS = (
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line that points to ``--help``
     (sub-command parsers are of the same class), and which records in the
-    parsed arguments which parser parsed them (``command_parser``)."""
+    parsed arguments which command parsed them (``command_prog``: a string,
+    so that the arguments still pickle for a benchmark's worker processes)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        _fail(self.prog, message)
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
@@ -45,9 +46,15 @@ class _Parser(argparse.ArgumentParser):
         parsed, extra = super().parse_known_args(args, namespace)
         # A sub-command's parser returns before the parsers around it: the
         # innermost one records itself first and is kept.
-        if getattr(parsed, "command_parser", None) is None:
-            parsed.command_parser = self
+        if getattr(parsed, "command_prog", None) is None:
+            parsed.command_prog = self.prog
         return parsed, extra
+
+
+def _fail(prog: str, message: str) -> NoReturn:
+    """Exit with status 2 after one line: what ``prog`` says is wrong."""
+    print(f"{prog}: error: {message} (see '{prog} --help')", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,19 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _subparser(args: argparse.Namespace) -> argparse.ArgumentParser:
-    """The parser of the innermost sub-command ``args`` were parsed for
-    (``epto bench core``: the parser of ``core``)."""
-    parser: argparse.ArgumentParser = args.command_parser
-    return parser
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:
         # Said by the sub-command's parser, which knows the options it lacks.
-        _subparser(args).error(f"unrecognized arguments: {' '.join(extra)}")
+        _fail(args.command_prog, f"unrecognized arguments: {' '.join(extra)}")
     from epto import ConfigurationError
 
     try:
@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigurationError as exc:
         # A value out of range that the command did not catch itself (a
         # benchmark's group of one process, say): one line, like the parser's.
-        print(f"{_subparser(args).prog}: {exc}", file=sys.stderr)
+        print(f"{args.command_prog}: {exc}", file=sys.stderr)
         return 2
     return status
 
