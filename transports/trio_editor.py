@@ -37,6 +37,7 @@ import contextlib
 import functools
 import json
 import random
+import time
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from importlib import resources
@@ -46,11 +47,22 @@ from typing import Any, Self
 import attrs
 import trio
 
-from epto.apps._editor import KEEP, PageSession, Presence, StalePage, color_of, decode
+from epto.apps._editor import (
+    KEEP,
+    PageSession,
+    Presence,
+    StalePage,
+    color_of,
+    decode,
+    presence_codec,
+    presence_key,
+)
 from epto.apps._ot import Delete, Insert, Operation
 from epto.apps.text import TextDocument, transform_position
 from epto.endpoint import Address, NodeConfig, parse_host_port
+from epto.wire import GroupSealer
 
+from ._loop import fresh_rng
 from ._trio.rsm_config import ReplicaConfig
 from ._trio.websocket import WebSocket, WebSocketClosed, serve_http
 from .trio_rsm import ReplicatedNode
@@ -91,7 +103,15 @@ class EditorServer:
         self.doc = TextDocument(author=node.pid, horizon=cfg.horizon)
         self.node = ReplicatedNode(self.doc, node, attrs.evolve(cfg.replica, on_applied=self._pump))
         self.name = cfg.name or f"replica {node.pid}"
-        self.presence = Presence(node.pid, cfg.presence_peers)
+        sealer = None
+        if node.group_key is not None:
+            # Its own key and counter: never a nonce of the group's frames.
+            sealer = GroupSealer(
+                presence_key(node.group_key), counter_start=int(time.time() * 1e6), rng=fresh_rng()
+            )
+        self.presence = Presence(
+            node.pid, cfg.presence_peers, codec=presence_codec(node.group, sealer)
+        )
         self._pages: dict[PageSession, trio.MemorySendChannel[str]] = {}
         self._caret = (0, 0)
         self._caret_moved = trio.Event()
@@ -269,8 +289,7 @@ class EditorServer:
 
     def _presence_datagram(self) -> bytes:
         pos, end = self._caret
-        message = {"author": self.pid, "name": self.name, "color": color_of(self.pid)}
-        return json.dumps({**message, "pos": pos, "end": end}).encode()
+        return self.presence.datagram(self.name, color_of(self.pid), pos, end)
 
     async def _presence_sender(self) -> None:
         assert self._udp is not None

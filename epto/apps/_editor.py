@@ -16,13 +16,18 @@ unacknowledged edits before it touches the textarea.
 
 from __future__ import annotations
 
-import json
+import struct
 from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
 import attrs
 
+from .._codec import FrameCodec
+from .._errors import LocalProtocolError, RemoteProtocolError
+from .._frames import FrameKind, FrameRegistry, Reader
+from .._limits import Limits
+from .._seal import GroupKey, GroupSealer
 from ._ot import Delete, Insert, Operation, apply, transform
 from .text import transform_position
 
@@ -121,44 +126,124 @@ class Cursor:
     seen: float
 
 
+PRESENCE_CODE = 48
+"""Frame kind of a presence datagram (docs/wire-format.md)."""
+
+MAX_NAME = 160
+"""Longest name a presence datagram carries (bytes of UTF-8: 40 characters)."""
+
+MAX_COLOR = 20
+"""Longest color (bytes of ASCII)."""
+
+_CARET = struct.Struct(">QQ")
+
+
+@attrs.frozen
+class PresenceNote:
+    """What a presence datagram says: its sender's name and color, and its
+    caret (``pos``) and selection end in the sender's view. The author is
+    the frame's sender (authenticated under a group key)."""
+
+    name: str
+    color: str
+    pos: int
+    end: int
+
+
+def _encode_note(note: PresenceNote, limits: Limits) -> bytes:
+    name = note.name[:40].encode("utf-8")
+    color = note.color.encode("ascii", "replace")[:MAX_COLOR]
+    try:
+        caret = _CARET.pack(note.pos, note.end)
+    except struct.error:
+        raise LocalProtocolError(f"caret {note.pos}, {note.end} out of range") from None
+    return caret + bytes((len(name),)) + name + bytes((len(color),)) + color
+
+
+def _decode_note(reader: Reader, limits: Limits) -> PresenceNote:
+    pos, end = reader.u64(), reader.u64()
+    name = reader.blob(reader.u8(), MAX_NAME, "name")
+    color = reader.blob(reader.u8(), MAX_COLOR, "color")
+    try:
+        return PresenceNote(name.decode("utf-8"), color.decode("ascii"), pos, end)
+    except UnicodeDecodeError:
+        raise RemoteProtocolError("a name or color that is not text", fault="bad-value") from None
+
+
+PRESENCE_KIND = FrameKind(
+    code=PRESENCE_CODE,
+    name="editor-presence",
+    type=PresenceNote,
+    encode=_encode_note,
+    decode=_decode_note,
+)
+
+
+def presence_key(group_key: GroupKey) -> GroupKey:
+    """The key presence datagrams are sealed with: derived from the group
+    key (HKDF-SHA256, info ``"epto-editor-presence-v1"``), so that their
+    nonces, counted apart from the group's frames, never meet those frames'
+    under one key; same id and cipher."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"epto-editor-presence-v1")
+    return GroupKey(
+        key_id=group_key.key_id, secret=hkdf.derive(group_key.secret), cipher=group_key.cipher
+    )
+
+
+def presence_codec(group: int, sealer: GroupSealer | None = None) -> FrameCodec:
+    """The codec of presence datagrams: frames of kind ``editor-presence``
+    of ``group``; sealed (and only sealed ones accepted) with a ``sealer``
+    built on :func:`presence_key`."""
+    return FrameCodec(group=group, registry=FrameRegistry((PRESENCE_KIND,)), sealer=sealer)
+
+
 class Presence:
     """The other replicas' cursors, moved along with the changes applied here.
 
-    Only ``authors`` (the replicas this one exchanges presence with) are
-    heard: a datagram from anyone else, or one that is not a presence
-    message, is counted in ``refused`` and changes nothing, so what the
-    network sends keeps at most one cursor per known replica.
+    Datagrams are frames of the group (:func:`presence_codec`), sealed under
+    :func:`presence_key` when the group has a key. Only ``authors`` (the
+    replicas this one exchanges presence with) are heard: a datagram that
+    does not decode (not a presence frame, another group, unsealed or forged
+    in a sealed group, replayed), or from anyone else, is counted in
+    ``refused`` and changes nothing, so what the network sends keeps at most
+    one cursor per known replica.
     """
 
-    def __init__(self, own: int, authors: Iterable[int], ttl: float = 5.0) -> None:
+    def __init__(
+        self,
+        own: int,
+        authors: Iterable[int],
+        ttl: float = 5.0,
+        *,
+        codec: FrameCodec | None = None,
+    ) -> None:
         self.own = own
         self.authors = frozenset(authors) - {own}
         self.ttl = ttl
+        self.codec = codec if codec is not None else presence_codec(0)
         self.cursors: dict[int, Cursor] = {}
         self.refused = 0
 
+    def datagram(self, name: str, color: str, pos: int, end: int) -> bytes:
+        """This replica's presence datagram (its caret and selection end)."""
+        return self.codec.encode(self.own, PresenceNote(name, color, pos, end))[0]
+
     def heard(self, data: bytes, now: float, length: int) -> bool:
         """A presence datagram; whether it moved a cursor (a refused one does not)."""
-        try:
-            message = json.loads(data)
-        except ValueError:
-            message = None
-        if not isinstance(message, dict):
+        frame = self.codec.receive(data, now)  # counts its fault in codec.rejected
+        if frame is None or frame.sender not in self.authors:
             self.refused += 1
             return False
-        author, pos, end = message.get("author"), message.get("pos"), message.get("end")
-        name, color = message.get("name"), message.get("color")
-        if (
-            not all(type(v) is int for v in (author, pos, end))
-            or author not in self.authors
-            or not isinstance(name, str)
-            or not isinstance(color, str)
-        ):
-            self.refused += 1
-            return False
-        assert isinstance(author, int) and isinstance(pos, int) and isinstance(end, int)
+        author, note = frame.sender, frame.message
         self.cursors[author] = Cursor(
-            name[:40], color[:20], min(max(pos, 0), length), min(max(end, 0), length), now
+            note.name[:40],
+            note.color,
+            min(note.pos, length),
+            min(note.end, length),
+            now,
         )
         return True
 
