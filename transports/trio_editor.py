@@ -113,6 +113,9 @@ class EditorServer:
             node.pid, cfg.presence_peers, codec=presence_codec(node.group, sealer)
         )
         self._pages: dict[PageSession, trio.MemorySendChannel[str]] = {}
+        # Pages that connected while the replica was joining: they get their
+        # text (and may edit) once the replica is ready, not before.
+        self._waiting: set[PageSession] = set()
         self._caret = (0, 0)
         self._caret_moved = trio.Event()
         self._udp: trio.socket.SocketType | None = None
@@ -172,6 +175,10 @@ class EditorServer:
         self._fan_out(exclude=None)
 
     def _fan_out(self, exclude: PageSession | None) -> None:
+        if self._waiting and self.node.replica.ready:
+            waiting, self._waiting = self._waiting, set()
+            for page in waiting:
+                self._send(page, page.reset(self.doc.view))
         changes = self.doc.take_changes()
         if not changes:
             return
@@ -180,7 +187,7 @@ class EditorServer:
             pos, end = self._caret
             self._caret = (transform_position(pos, change.op), transform_position(end, change.op))
         for page in list(self._pages):
-            if page is exclude:
+            if page is exclude or page in self._waiting:
                 continue
             if page.behind() + len(changes) > KEEP or any(c.remote and not c.op for c in changes):
                 # A state transfer (or a page that stopped building on what it
@@ -233,7 +240,13 @@ class EditorServer:
         }
         self._send(page, hello)
         self._fan_out(exclude=None)
-        self._send(page, page.reset(self.doc.view))
+        if self.node.replica.ready:
+            self._send(page, page.reset(self.doc.view))
+        else:
+            # A joining replica has no text yet: the page stays read only
+            # ("loading") until the state transfer, instead of taking edits
+            # that the transfer would drop.
+            self._waiting.add(page)
         self._send(page, self.presence.message())
         try:
             async with trio.open_nursery() as nursery:
@@ -247,6 +260,7 @@ class EditorServer:
                 nursery.cancel_scope.cancel()
         finally:
             self._pages.pop(page, None)
+            self._waiting.discard(page)
             send.close()
             with trio.CancelScope(shield=True), trio.move_on_after(1):
                 await ws.aclose()

@@ -183,6 +183,49 @@ async def test_the_bot() -> None:
         assert len(servers[0].doc.text) >= 20 and 2 <= servers[0].doc.version <= 40
 
 
+@pytest.mark.trio
+async def test_a_page_of_a_joining_replica_gets_the_text_only_once_it_is_ready() -> None:
+    # Before, the page got the joining replica's empty text at once and
+    # could type into it; the state transfer then dropped what was typed.
+    async with AsyncExitStack() as stack:
+        nodes = _nodes("token-ring", 2)
+        transfer = free_ports(3, socket.SOCK_STREAM)
+        peers = {p: f"127.0.0.1:{port}" for p, port in zip((1, 2, 9), transfer, strict=True)}
+        servers = []
+        for node in nodes:
+            replica = ReplicaConfig(transfer_bind=peers[node.pid], audit_interval=float("inf"))
+            config = EditorConfig(replica=replica)
+            servers.append(await stack.enter_async_context(EditorServer(node, config)))
+        for _ in range(5):
+            servers[0].local_edit((Insert(0, "ab"),))
+        await converged(servers, [])
+        port = free_ports(1, socket.SOCK_STREAM)[0]
+        node = NodeConfig(
+            mode="token-ring",
+            pid=9,
+            bind=f"127.0.0.1:{port}",
+            contacts={1: nodes[0].bind},
+            seed=9,
+        )
+        replica = ReplicaConfig(
+            transfer_bind=peers[9], joining=True, peers=peers, audit_interval=float("inf")
+        )
+        joiner = await stack.enter_async_context(EditorServer(node, EditorConfig(replica=replica)))
+        host, port = parse_host_port(joiner.url.split("/")[2])
+        ws = await connect(host, port)
+        stack.push_async_callback(ws.aclose)
+        texts = []
+        with trio.fail_after(30):
+            while True:
+                message = json.loads(await ws.receive())
+                if message["type"] == "reset":
+                    # Sent only by a ready replica, with the group's text.
+                    assert joiner.node.replica.ready
+                    texts.append(message["text"])
+                    break
+        assert texts == ["ab" * 5]
+
+
 def test_a_page_edit_is_rebased_over_what_it_had_not_seen() -> None:
     session = PageSession()
     assert session.reset("abc") == {"type": "reset", "rev": 1, "text": "abc"}
