@@ -272,6 +272,7 @@ PUBLIC_SUBMODULES: dict[str, frozenset[str]] = {
     "epto.tokenring": frozenset({"simulation"}),
     "epto.transports": frozenset(
         {
+            "blocking",
             "memory",
             "simulation",
             "trio_atoms",
@@ -324,6 +325,7 @@ NODE_MODULES: dict[str, frozenset[str]] = {
         }
     ),
     "epto.transports.zmq_node": frozenset({"ZmqNode"}),
+    "epto.transports.blocking": frozenset({"BlockingNode"}),
 }
 
 NEEDS = {"epto.spark": "pyspark"}

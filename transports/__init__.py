@@ -10,7 +10,10 @@ that importing this package needs neither trio nor pyzmq:
 * :class:`epto.transports.zmq_node.ZmqNode`: EpTO on ZeroMQ, synchronous and thread-safe;
 * :class:`epto.transports.trio_tcp.TokenRingNode`: the token ring on TCP with trio
   (``TcpNode`` there runs any stream endpoint);
-* :class:`epto.transports.trio_atoms.AtomsNode`: sequencing atoms on TCP with trio.
+* :class:`epto.transports.trio_atoms.AtomsNode`: sequencing atoms on TCP with trio;
+* :class:`epto.transports.blocking.BlockingNode`: any trio node (EpTO or the
+  token ring, ``mode="auto"`` included) on a thread of its own, synchronous
+  and thread-safe.
 
 Every node takes a :class:`NodeConfig` (the token-ring node its own
 ``TokenRingNodeConfig``); ``NodeConfig.mode`` chooses the ordering engine, and
