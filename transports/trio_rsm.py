@@ -33,6 +33,9 @@ Rules:
   to it, and the snapshot's cut must be past all of them. A replica whose
   replica finds a hole (the token ring's positions skip) fetches its state
   the same way.
+* **Sealed transfers**: with a ``group_key`` in the node's configuration,
+  every transfer connection, served and fetched, is sealed under a key
+  derived from it (``_trio/rsm_channel.py``); without one they are plain TCP.
 * **Reads are local** (``replica.machine``): they see this replica's prefix of
   the order. Read-your-writes: ``await call(...)`` returns once the command
   is applied here. ``ReplicaConfig.on_applied`` is called after each command
@@ -68,6 +71,7 @@ from epto.rsm import (
 )
 
 from ._rsm_durable import Durability
+from ._trio.rsm_channel import TransferKey
 from ._trio.rsm_config import (
     CommandFailedError,
     ReplicaConfig,
@@ -129,6 +133,9 @@ class ReplicatedNode:
         self._wake = trio.Event()
         self._nursery: trio.Nursery | None = None
         self.transfer_address = ""
+        self._transfer_key = None if node.group_key is None else TransferKey(node.group_key)
+        """Seals every transfer connection, served and fetched, when the group
+        has a key: the states and digests a replica takes are then a member's."""
         self._applying = trio.Lock()
         """Held while a delivery is applied, a snapshot taken or a state
         restored: the machine changes under one of them at a time."""
@@ -138,6 +145,7 @@ class ReplicatedNode:
             cut=lambda: self.replica.cut,
             digest_at=self.replica.digest_at,
             wait=min(30.0, cfg.transfer_timeout),
+            key=self._transfer_key,
         )
         self._stack: AsyncExitStack | None = None
 
@@ -330,7 +338,11 @@ class ReplicatedNode:
         for i, address in enumerate(peers):
             try:
                 snapshot = await fetch_snapshot(
-                    address, need, timeout=cfg.transfer_timeout, max_bytes=cfg.max_snapshot_bytes
+                    address,
+                    need,
+                    timeout=cfg.transfer_timeout,
+                    max_bytes=cfg.max_snapshot_bytes,
+                    key=self._transfer_key,
                 )
                 if not await self._confirmed(snapshot, peers[:i] + peers[i + 1 :]):
                     self.transfer_failures += 1
@@ -373,7 +385,10 @@ class ReplicatedNode:
         for address in others:
             try:
                 digest = await fetch_digest(
-                    address, snapshot.cut, timeout=self.config.transfer_timeout
+                    address,
+                    snapshot.cut,
+                    timeout=self.config.transfer_timeout,
+                    key=self._transfer_key,
                 )
             except TransferError:
                 continue
@@ -408,7 +423,9 @@ class ReplicatedNode:
             address = peers[turn % len(peers)]
             turn += 1
             try:
-                latest = await fetch_latest(address, timeout=cfg.transfer_timeout)
+                latest = await fetch_latest(
+                    address, timeout=cfg.transfer_timeout, key=self._transfer_key
+                )
             except TransferError:
                 continue
             if latest is None:

@@ -17,6 +17,7 @@ _TOPICS: tuple[str, ...] = (
     "replication",
     "optimistic",
     "rsm",
+    "rsm_transfer",
 )
 
 

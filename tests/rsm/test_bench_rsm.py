@@ -1,6 +1,7 @@
 """``epto bench rsm`` in its smallest configuration: the epto engines run to
 the end and report consistent replicas (same state everywhere, the joiner
-with the group's count). No figure is asserted: the machine may be slow."""
+with the group's count); ``epto bench rsm_transfer`` fetches the state whole,
+plain and sealed. No figure is asserted: the machine may be slow."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from epto.benchmarks import rsm
+from epto.benchmarks import rsm, rsm_transfer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,3 +66,16 @@ def test_pysyncobj_catches_up_too(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert status == 0, out
     assert "same state and count" in out
+
+
+def test_the_transfer_benchmark_fetches_the_state_whole_every_way(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    parser = argparse.ArgumentParser()
+    rsm_transfer.add_arguments(parser)
+    status = rsm_transfer.run(parser.parse_args(["--mb", "0.3", "--repeats", "2"]))
+    out = capsys.readouterr().out
+    assert status == 0, out
+    rows = [line.split()[0] for line in out.splitlines()]
+    assert all(variant in rows for variant in rsm_transfer.VARIANTS), out
+    assert "DIFFERS" not in out

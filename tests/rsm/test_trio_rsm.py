@@ -1,7 +1,8 @@
 """Replicated state machines on real loopback sockets, both engines: calls
 return their results, a failing command fails everywhere alike, a late joiner
 fetches the state (digest confirmed by another member) and ends with the
-others' digest, and a replica restarted on its data directory recovers its
+others' digest (also in a sealed group, whose transfer servers then refuse a
+client without the key), and a replica restarted on its data directory recovers its
 snapshot and log suffix."""
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 import pytest
 import trio
 from epto.transports._ports import free_ports
+from epto.transports._trio.rsm_channel import TransferKey
+from epto.transports._trio.rsm_transfer import TransferError, fetch_latest
 from epto.transports.trio_rsm import (
     CommandFailedError,
     ReplicaConfig,
@@ -20,20 +23,29 @@ from epto.transports.trio_rsm import (
     ResultUnavailableError,
 )
 
-from epto import ConfigurationError
+from epto import ConfigurationError, GroupKey
 from epto.endpoint import NodeConfig
 
 from .machines import KV
 
 
-def _configs(mode: str, pids: list[int]) -> dict[int, NodeConfig]:
+KEY = GroupKey(key_id=3, secret=bytes(range(32)))
+
+
+def _configs(mode: str, pids: list[int], key: GroupKey | None = None) -> dict[int, NodeConfig]:
     kind = socket.SOCK_STREAM if mode == "token-ring" else socket.SOCK_DGRAM
     ports = free_ports(len(pids), kind)
     members = {p: f"127.0.0.1:{port}" for p, port in zip(pids, ports, strict=True)}
     return {
         p: NodeConfig(
-            mode=mode, pid=p, bind=members[p], members=members, round_interval=0.02, seed=p
-        )  # type: ignore[arg-type]
+            mode=mode,  # type: ignore[arg-type]
+            pid=p,
+            bind=members[p],
+            members=members,
+            round_interval=0.02,
+            seed=p,
+            group_key=key,
+        )
         for p in pids
     }
 
@@ -48,12 +60,15 @@ async def _settled(replicas: list[ReplicatedNode], applied: int, timeout: float 
 
 @pytest.mark.trio
 @pytest.mark.parametrize("mode", ["token-ring", "epto"])
-async def test_calls_failures_and_a_late_joiner(mode: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("key", [None, KEY], ids=["plain", "sealed"])
+async def test_calls_failures_and_a_late_joiner(
+    mode: str, key: GroupKey | None, tmp_path: Path
+) -> None:
     # EpTO: the late member is in every member list from the start but its
     # process starts later (it misses what was broadcast before); token ring:
     # a new identity joins through a contact.
     pids = [1, 2, 3, 4] if mode == "epto" else [1, 2, 3]
-    configs = _configs(mode, pids)
+    configs = _configs(mode, pids, key)
     async with AsyncExitStack() as stack:
         replicas = []
         for p in (1, 2, 3):
@@ -85,6 +100,7 @@ async def test_calls_failures_and_a_late_joiner(mode: str, tmp_path: Path) -> No
                 bind=f"127.0.0.1:{port}",
                 contacts={1: configs[1].bind},
                 seed=9,
+                group_key=key,
             )
         joiner = await stack.enter_async_context(
             ReplicatedNode(
@@ -112,6 +128,14 @@ async def test_calls_failures_and_a_late_joiner(mode: str, tmp_path: Path) -> No
         if mode == "token-ring":
             assert status.quorum is True and 9 in status.members
         assert sum(r.snapshots_taken for r in replicas) >= 3
+        if key is not None:  # the transfers the joiner made were sealed
+            address = joiner.transfer_address
+            with pytest.raises(TransferError):
+                await fetch_latest(address, timeout=5.0)
+            assert await fetch_latest(address, timeout=5.0, key=TransferKey(key)) == (
+                joiner.replica.cut,
+                joiner.replica.digest,
+            )
 
 
 @pytest.mark.trio

@@ -19,19 +19,29 @@ time to send the state; the client refuses a state larger than its
 ``max_snapshot_bytes`` or one whose SHA-256 differs, and bounds every read by
 its timeout. Nothing the peer sends is executed: the state is handed to the
 machine's ``restore`` only after the digest check (:class:`ReplicatedNode`).
+
+With a :class:`~.rsm_channel.TransferKey` (the replicas' group key), server
+and client speak all of this inside a :class:`~.rsm_channel.SealedStream`:
+a handshake, then AEAD records. The server reads the request only from a
+record that authenticated, and counts a broken channel in ``refused`` by its
+reason; the client takes nothing before a record authenticated. Without a
+key the bytes on the wire are the plain protocol's.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
 
 from epto.endpoint import Address, parse_host_port
 from epto.rsm import OrderKey, Snapshot
+
+from .rsm_channel import ChannelError, SealedStream, TransferKey
 
 MAX_REQUEST = 4096
 CHUNK = 1 << 16
@@ -101,7 +111,8 @@ class TransferServer:
     replica's driver takes it off the event loop); ``ready()`` whether
     it may serve one; ``cut()`` its cut; ``digest_at(cut)`` its digest there; ``wait``
     bounds how long a request may wait for the replica to reach a cut, and
-    ``send_timeout`` how long sending a state may take."""
+    ``send_timeout`` how long sending a state may take; with ``key`` every
+    connection is sealed (and one that is not is refused)."""
 
     def __init__(
         self,
@@ -113,6 +124,7 @@ class TransferServer:
         wait: float = 30.0,
         send_timeout: float = 300.0,
         max_connections: int = 16,
+        key: TransferKey | None = None,
     ) -> None:
         self._snapshot = snapshot
         self._ready = ready
@@ -121,13 +133,14 @@ class TransferServer:
         self._wait = wait
         self._send_timeout = send_timeout
         self._limit = trio.CapacityLimiter(max_connections)
+        self._key = key
         self.refused: dict[str, int] = {}
         self.served = 0
 
     def _refuse(self, why: str) -> None:
         self.refused[why] = self.refused.get(why, 0) + 1
 
-    async def handle(self, stream: trio.SocketStream) -> None:
+    async def handle(self, stream: trio.abc.Stream) -> None:
         if self._limit.borrowed_tokens >= self._limit.total_tokens:
             self._refuse("too-many-connections")
             await stream.aclose()
@@ -135,16 +148,21 @@ class TransferServer:
         async with self._limit, stream:
             try:
                 with trio.fail_after(self._wait + self._send_timeout):
-                    request = await _Reader(stream).message(MAX_REQUEST)
+                    channel: trio.abc.Stream = stream
+                    if self._key is not None:
+                        channel = await SealedStream.server(stream, self._key)
+                    request = await _Reader(channel).message(MAX_REQUEST)
                     op = request.get("op")
                     if op == "snapshot":
-                        await self._serve_snapshot(stream, _key(request.get("need")))
+                        await self._serve_snapshot(channel, _key(request.get("need")))
                     elif op == "digest":
-                        await self._serve_digest(stream, _key(request.get("cut")))
+                        await self._serve_digest(channel, _key(request.get("cut")))
                     elif op == "latest":
-                        await self._serve_latest(stream)
+                        await self._serve_latest(channel)
                     else:
                         self._refuse("bad-request")
+            except ChannelError as exc:
+                self._refuse(exc.reason)
             except (TransferError, trio.TooSlowError) as exc:
                 self._refuse("timeout" if isinstance(exc, trio.TooSlowError) else "bad-request")
             except (trio.BrokenResourceError, OSError):
@@ -160,7 +178,7 @@ class TransferServer:
                 await trio.sleep(0.01)
         return False
 
-    async def _serve_snapshot(self, stream: trio.SocketStream, need: OrderKey | None) -> None:
+    async def _serve_snapshot(self, stream: trio.abc.Stream, need: OrderKey | None) -> None:
         snapshot = await self._snapshot() if await self._reached(need) else None
         if snapshot is None:
             await _send(stream, {"error": "not reached"})
@@ -181,11 +199,11 @@ class TransferServer:
             await stream.send_all(view[i : i + CHUNK])
         self.served += 1
 
-    async def _serve_digest(self, stream: trio.SocketStream, cut: OrderKey | None) -> None:
+    async def _serve_digest(self, stream: trio.abc.Stream, cut: OrderKey | None) -> None:
         digest = self._digest_at(cut) if await self._reached(cut) else None
         await _send(stream, {"digest": None if digest is None else digest.hex()})
 
-    async def _serve_latest(self, stream: trio.SocketStream) -> None:
+    async def _serve_latest(self, stream: trio.abc.Stream) -> None:
         if not self._ready():
             await _send(stream, {"error": "not ready"})
             return
@@ -200,19 +218,31 @@ class TransferServer:
         )
 
 
-async def _connect(address: Address) -> trio.SocketStream:
+@asynccontextmanager
+async def _connect(address: Address, key: TransferKey | None) -> AsyncIterator[trio.abc.Stream]:
+    """A connection to ``address``, sealed with ``key`` (closed on the way out)."""
     host, port = parse_host_port(address)
-    return await trio.open_tcp_stream(host, port)
+    stream = await trio.open_tcp_stream(host, port)
+    async with stream:
+        yield stream if key is None else await SealedStream.client(stream, key)
+
+
+_BROKEN = (OSError, trio.BrokenResourceError, trio.TooSlowError, ValueError, ChannelError)
+"""What a client turns into a :class:`TransferError`."""
 
 
 async def fetch_snapshot(
-    address: Address, need: OrderKey | None, *, timeout: float, max_bytes: int
+    address: Address,
+    need: OrderKey | None,
+    *,
+    timeout: float,
+    max_bytes: int,
+    key: TransferKey | None = None,
 ) -> Snapshot:
     """The snapshot of the replica at ``address`` at a cut reaching ``need``."""
     try:
         with trio.fail_after(timeout):
-            stream = await _connect(address)
-            async with stream:
+            async with _connect(address, key) as stream:
                 await _send(
                     stream, {"op": "snapshot", "need": None if need is None else list(need)}
                 )
@@ -233,34 +263,36 @@ async def fetch_snapshot(
                 return Snapshot(
                     cut=_key(header.get("cut")), applied=applied, digest=digest, state=state
                 )
-    except (OSError, trio.BrokenResourceError, trio.TooSlowError, ValueError) as exc:
+    except _BROKEN as exc:
         raise TransferError(f"{address}: {type(exc).__name__}: {exc}"[:200]) from None
 
 
-async def fetch_digest(address: Address, cut: OrderKey | None, *, timeout: float) -> bytes | None:
+async def fetch_digest(
+    address: Address, cut: OrderKey | None, *, timeout: float, key: TransferKey | None = None
+) -> bytes | None:
     """The digest of the replica at ``address`` at ``cut`` (None: unknown there)."""
     try:
         with trio.fail_after(timeout):
-            stream = await _connect(address)
-            async with stream:
+            async with _connect(address, key) as stream:
                 await _send(stream, {"op": "digest", "cut": None if cut is None else list(cut)})
                 answer = await _Reader(stream).message(MAX_REQUEST)
                 value = answer.get("digest")
                 return None if value is None else bytes.fromhex(str(value))
-    except (OSError, trio.BrokenResourceError, trio.TooSlowError, ValueError) as exc:
+    except _BROKEN as exc:
         raise TransferError(f"{address}: {type(exc).__name__}: {exc}"[:200]) from None
 
 
-async def fetch_latest(address: Address, *, timeout: float) -> tuple[OrderKey | None, bytes] | None:
+async def fetch_latest(
+    address: Address, *, timeout: float, key: TransferKey | None = None
+) -> tuple[OrderKey | None, bytes] | None:
     """The latest cut and digest of the replica at ``address`` (None: not ready)."""
     try:
         with trio.fail_after(timeout):
-            stream = await _connect(address)
-            async with stream:
+            async with _connect(address, key) as stream:
                 await _send(stream, {"op": "latest"})
                 answer = await _Reader(stream).message(MAX_REQUEST)
                 if "error" in answer or answer.get("digest") is None:
                     return None
                 return _key(answer.get("cut")), bytes.fromhex(str(answer["digest"]))
-    except (OSError, trio.BrokenResourceError, trio.TooSlowError, ValueError) as exc:
+    except _BROKEN as exc:
         raise TransferError(f"{address}: {type(exc).__name__}: {exc}"[:200]) from None
