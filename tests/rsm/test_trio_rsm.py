@@ -28,7 +28,6 @@ from epto.endpoint import NodeConfig
 
 from .machines import KV
 
-
 KEY = GroupKey(key_id=3, secret=bytes(range(32)))
 
 
