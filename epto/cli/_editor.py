@@ -83,6 +83,12 @@ def register(sub: Any) -> None:
         metavar="R",
         help="the bot's edits per second (default 5)",
     )
+    p.add_argument(
+        "--group-key-file",
+        metavar="FILE",
+        help="seal every frame, presence datagram and state transfer under this group key "
+        "(epto keygen group; mode 0600)",
+    )
     p.add_argument("--duration", type=positive_float, help="stop after this many seconds")
     p.set_defaults(func=run)
 
@@ -120,7 +126,11 @@ def run(args: argparse.Namespace) -> int:
         except LocalProtocolError as exc:
             print(f"epto editor: {exc}", file=sys.stderr)
             return 2
+    from epto import keys
+
+    group_key = keys.load_group_key(args.group_key_file) if args.group_key_file else None
     node = NodeConfig(
+        group_key=group_key,
         mode=args.mode,
         pid=args.id,
         bind=args.bind,

@@ -10,6 +10,7 @@ import json
 import random
 import socket
 from contextlib import AsyncExitStack
+from pathlib import Path
 
 import pytest
 import trio
@@ -237,10 +238,17 @@ def test_a_page_edit_is_rebased_over_what_it_had_not_seen() -> None:
         session.receive(0, (Insert(0, "z"),))
 
 
-def test_the_command_line_serves_and_its_bot_types(tmp_path: object) -> None:
+@pytest.mark.parametrize("sealed", [False, True])
+def test_the_command_line_serves_and_its_bot_types(tmp_path: Path, sealed: bool) -> None:
     import subprocess
     import sys
 
+    extra = []
+    if sealed:
+        from epto.keys import generate_group_key, save_group_key
+
+        save_group_key(tmp_path / "group.key", generate_group_key())
+        extra = ["--group-key-file", str(tmp_path / "group.key")]
     done = subprocess.run(
         [
             sys.executable,
@@ -259,6 +267,7 @@ def test_the_command_line_serves_and_its_bot_types(tmp_path: object) -> None:
             "1.5",
             "--round-interval",
             "0.02",
+            *extra,
         ],
         capture_output=True,
         text=True,
