@@ -317,3 +317,33 @@ async def test_the_channel_relays_bytes_in_records_of_at_most_one_chunk() -> Non
             assert len(chunk) <= 1 << 16
             received += chunk
         assert received == data
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("key", [None, KEY], ids=["plain", "sealed"])
+async def test_a_peer_that_says_nothing_frees_its_slot_after_the_request_timeout(
+    key: GroupKey | None,
+) -> None:
+    replica = Replica()
+    server = TransferServer(
+        snapshot=replica.snapshot,
+        ready=lambda: True,
+        cut=lambda: SNAPSHOT.cut,
+        digest_at=lambda cut: SNAPSHOT.digest if cut == SNAPSHOT.cut else None,
+        wait=60.0,
+        send_timeout=300.0,
+        max_connections=1,
+        key=None if key is None else TransferKey(key),
+        request_timeout=0.2,
+    )
+    with trio.fail_after(WAIT):
+        async with serving(server.handle) as address:
+            host, port = parse_host_port(address)
+            async with await trio.open_tcp_stream(host, port) as silent:
+                await _closed_by_peer(silent)
+            await _counted(server, {"request-timeout": 1})
+            # The one slot is free again: an honest request is served.
+            transfer_key = None if key is None else TransferKey(key)
+            latest = await fetch_latest(address, timeout=WAIT, key=transfer_key)
+            assert latest == (SNAPSHOT.cut, SNAPSHOT.digest)
+    assert replica.snapshots_taken == 0

@@ -111,8 +111,11 @@ class TransferServer:
     replica's driver takes it off the event loop); ``ready()`` whether
     it may serve one; ``cut()`` its cut; ``digest_at(cut)`` its digest there; ``wait``
     bounds how long a request may wait for the replica to reach a cut, and
-    ``send_timeout`` how long sending a state may take; with ``key`` every
-    connection is sealed (and one that is not is refused)."""
+    ``send_timeout`` how long sending a state may take, ``request_timeout``
+    how long a connection may take to send its request (the handshake
+    included): a peer that connects and says nothing holds one of the
+    ``max_connections`` slots that long, not ``wait + send_timeout``; with
+    ``key`` every connection is sealed (and one that is not is refused)."""
 
     def __init__(
         self,
@@ -125,6 +128,7 @@ class TransferServer:
         send_timeout: float = 300.0,
         max_connections: int = 16,
         key: TransferKey | None = None,
+        request_timeout: float = 10.0,
     ) -> None:
         self._snapshot = snapshot
         self._ready = ready
@@ -132,6 +136,7 @@ class TransferServer:
         self._digest_at = digest_at
         self._wait = wait
         self._send_timeout = send_timeout
+        self._request_timeout = request_timeout
         self._limit = trio.CapacityLimiter(max_connections)
         self._key = key
         self.refused: dict[str, int] = {}
@@ -149,9 +154,13 @@ class TransferServer:
             try:
                 with trio.fail_after(self._wait + self._send_timeout):
                     channel: trio.abc.Stream = stream
-                    if self._key is not None:
-                        channel = await SealedStream.server(stream, self._key)
-                    request = await _Reader(channel).message(MAX_REQUEST)
+                    with trio.move_on_after(self._request_timeout) as waited:
+                        if self._key is not None:
+                            channel = await SealedStream.server(stream, self._key)
+                        request = await _Reader(channel).message(MAX_REQUEST)
+                    if waited.cancelled_caught:
+                        self._refuse("request-timeout")
+                        return
                     op = request.get("op")
                     if op == "snapshot":
                         await self._serve_snapshot(channel, _key(request.get("need")))
