@@ -12,7 +12,9 @@ The modules, bottom up (no import circle: ``tests/test_simulation_layout.py``):
   FIFO links;
 * ``_spec.py``: :class:`SimulationSpec`, the value that defines a run;
 * ``_members.py``: :class:`SimulationObserver`, the :class:`Engine`
-  interface, and the members (joins, crashes, churn, broadcasts, outputs);
+  interface, the ``SimulationPort`` through which an engine drives the
+  simulation it is bound to (no engine reads the simulation's private
+  attributes), and the members (joins, crashes, churn, broadcasts, outputs);
 * ``_engines.py``: the engine adapters, ``EptoEngine`` and
   ``TokenRingEngine``: every difference between the two;
 * ``_atoms_engine.py``: ``AtomsEngine``, the sequencing-atoms adapter;

@@ -40,6 +40,7 @@ from ._members import (
     Members,
     Send,
     SimulationObserver,
+    SimulationPort,
     refuse_round_options,
 )
 from ._spec import SimulationSpec
@@ -77,8 +78,9 @@ class AtomsEngine(Engine):
     deterministic_agreement = True
     drain_every_input = True
 
-    def __init__(self, sim: Members, config: AtomsConfig) -> None:
+    def __init__(self, sim: Members, port: SimulationPort, config: AtomsConfig) -> None:
         self.sim = sim
+        self.port = port
         self.config = config
         self.recorder = _Groups(self)
         self._latency: LatencyModel | None = None
@@ -121,7 +123,8 @@ class AtomsEngine(Engine):
         return proc
 
     def start(self, pid: ProcessId, proc: Member) -> None:
-        self.sim._flush(pid, proc, self.sim.now)
+        # No timer to arm: the flush is the drain (flusher).
+        self.port.drain(pid, proc, self.sim.now)
 
     def stop(self, pid: ProcessId, proc: Member) -> None:
         pass
@@ -129,22 +132,22 @@ class AtomsEngine(Engine):
     def can_broadcast(self, proc: Member) -> bool:
         return bool(_atoms(proc).groups)
 
-    def bootstrap(self, n: int) -> list[ProcessId] | None:
+    def bootstrap(self, n: int, first: ProcessId) -> list[ProcessId] | None:
         return None
 
     def sender(self) -> Send:
-        return self.sim._send_links
+        return self.port.send_links
 
     def flusher(self) -> Flush:
-        return self.sim._drain
+        return self.port.drain
 
     def settled(self) -> bool:
-        if self.sim._in_flight:
+        if self.sim.network_statistics().in_flight:
             return False
         return all(_atoms(p).statistics().pending == 0 for p in self.sim.processes.values())
 
     def entries_processed(self) -> int:
-        return self.sim._arrived
+        return self.sim.network_statistics().arrived
 
     # -- the experiment side -------------------------------------------------
 

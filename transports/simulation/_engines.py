@@ -58,6 +58,7 @@ from ._members import (
     Members,
     Send,
     SimulationObserver,
+    SimulationPort,
     refuse_round_options,
 )
 from ._spec import SimulationSpec
@@ -79,8 +80,9 @@ class EptoEngine(Engine):
     deterministic_agreement = False
     drain_every_input = False
 
-    def __init__(self, sim: Members, config: Config) -> None:
+    def __init__(self, sim: Members, port: SimulationPort, config: Config) -> None:
         self.sim = sim
+        self.port = port
         self.config = config
         self._entries_of_departed = 0
         self._peer_rng: random.Random | None = None
@@ -140,10 +142,9 @@ class EptoEngine(Engine):
             sim.membership.add(pid)
             return node
         sim.membership.add(pid)
+        sampler = self.port.sampler
         peers = (
-            sim._sampler(pid, sim.membership)
-            if sim._sampler is not None
-            else FullView(pid, sim.membership)
+            sampler(pid, sim.membership) if sampler is not None else FullView(pid, sim.membership)
         )
         # Over a full view a process draws only its gossip targets: every
         # process shares one stream (a Mersenne Twister's state is 2.5 kB; a
@@ -155,8 +156,7 @@ class EptoEngine(Engine):
 
     def start(self, pid: ProcessId, proc: Member) -> None:
         # A Cyclon node may ask for its first shuffle before now (its phase).
-        sim = self.sim
-        sim._push(max(proc.get_timer(), sim.now), (TIMER, pid, None, None))
+        self.port.push(max(proc.get_timer(), self.sim.now), (TIMER, pid, None, None))
 
     def stop(self, pid: ProcessId, proc: Member) -> None:
         self._entries_of_departed += _process(proc).statistics().entries_received
@@ -164,15 +164,15 @@ class EptoEngine(Engine):
     def can_broadcast(self, proc: Member) -> bool:
         return True
 
-    def bootstrap(self, n: int) -> list[ProcessId] | None:
+    def bootstrap(self, n: int, first: ProcessId) -> list[ProcessId] | None:
         return None
 
     def sender(self) -> Send:
-        sim = self.sim
-        if sim.pss == "full":
-            return sim._send_balls
-        send_balls = sim._send_balls
-        send_peer = sim._send_peer
+        port = self.port
+        if self.sim.pss == "full":
+            return port.send_balls
+        send_balls = port.send_balls
+        send_peer = port.send_peer
 
         def send(src: ProcessId, out: Sequence[tuple[ProcessId, Any]], now: float) -> None:
             # Cyclon: balls are datagrams, peer-sampling messages a kind of their own.
@@ -188,10 +188,10 @@ class EptoEngine(Engine):
         return send
 
     def flusher(self) -> Flush:
-        return self.sim._drain
+        return self.port.drain
 
     def settled(self) -> bool:
-        if self.sim._in_flight:
+        if self.sim.network_statistics().in_flight:
             return False
         for proc in self.sim.processes.values():
             st = _process(proc).memory_sizes()
@@ -299,11 +299,15 @@ class TokenRingEngine(Engine):
     deterministic_agreement = True
     drain_every_input = True
 
-    def __init__(self, sim: Members, config: TokenRingConfig) -> None:
+    def __init__(self, sim: Members, port: SimulationPort, config: TokenRingConfig) -> None:
         self.sim = sim
+        self.port = port
         self.config = config
         self.positions = PositionRecorder()
         """Attached by :meth:`observers` (``run_simulation``)."""
+        # Built here, before the simulation has finished its own __init__: the
+        # flush reads nothing of it until it runs.
+        self._flush = self._make_flush()
 
     def check_options(
         self,
@@ -349,7 +353,7 @@ class TokenRingEngine(Engine):
         return proc
 
     def start(self, pid: ProcessId, proc: Member) -> None:
-        self.sim._flush(pid, proc, self.sim.now)
+        self._flush(pid, proc, self.sim.now)
 
     def stop(self, pid: ProcessId, proc: Member) -> None:
         pass
@@ -357,27 +361,31 @@ class TokenRingEngine(Engine):
     def can_broadcast(self, proc: Member) -> bool:
         return _ring(proc).role in _SENDING_ROLES
 
-    def bootstrap(self, n: int) -> list[ProcessId] | None:
-        sim = self.sim
-        if sim.processes:
+    def bootstrap(self, n: int, first: ProcessId) -> list[ProcessId] | None:
+        if self.sim.processes:
             return None
-        return list(range(sim._next_pid, sim._next_pid + n))
+        return list(range(first, first + n))
 
     def sender(self) -> Send:
-        return self.sim._send_links
+        return self.port.send_links
 
     def flusher(self) -> Flush:
+        return self._flush
+
+    def _make_flush(self) -> Flush:
+        """Drain, then keep the process's versioned timer at ``get_timer()``;
+        a process excluded from the view leaves the membership."""
         sim = self.sim
-        drain = sim._drain
-        set_timer = sim._set_timer
-        discard = sim.membership.discard
+        drain = self.port.drain
+        set_timer = self.port.set_timer
         inf = math.inf
 
         def flush(pid: ProcessId, proc: Member, now: float) -> None:
             drain(pid, proc, now)
             due = proc.get_timer()
             if due == inf and _ring(proc).excluded:
-                discard(pid)
+                # Once per excluded process: not worth a binding of its own.
+                sim.membership.discard(pid)
             set_timer(pid, due)
 
         return flush
@@ -397,7 +405,7 @@ class TokenRingEngine(Engine):
         return len(marks) <= 1
 
     def entries_processed(self) -> int:
-        return self.sim._arrived
+        return self.sim.network_statistics().arrived
 
     @staticmethod
     def configure(spec: SimulationSpec, latency: LatencyModel) -> TokenRingConfig:
@@ -522,10 +530,13 @@ ENGINES: dict[str, type[EptoEngine] | type[TokenRingEngine] | type[AtomsEngine]]
 """``SimulationSpec.mode`` -> its engine."""
 
 
-def engine_for(sim: Members, config: Config | TokenRingConfig | AtomsConfig) -> Engine:
-    """The engine of processes configured by ``config``, bound to ``sim``."""
+def engine_for(
+    sim: Members, port: SimulationPort, config: Config | TokenRingConfig | AtomsConfig
+) -> Engine:
+    """The engine of processes configured by ``config``, bound to ``sim``
+    and the ``port`` it built."""
     if isinstance(config, TokenRingConfig):
-        return TokenRingEngine(sim, config)
+        return TokenRingEngine(sim, port, config)
     if isinstance(config, AtomsConfig):
-        return AtomsEngine(sim, config)
-    return EptoEngine(sim, config)
+        return AtomsEngine(sim, port, config)
+    return EptoEngine(sim, port, config)

@@ -6,11 +6,13 @@ What differs between ordering engines (EpTO, the token ring) is behind
 :class:`Engine`, whose implementations are in ``_engines.py``: how a process
 is created and started, which link model carries its messages, how its timer
 is armed, when its outputs are drained, what "settled" means, and what a
-finished experiment owes and reports. :class:`Members` only calls them.
+finished experiment owes and reports. :class:`Members` only calls them. An
+engine reads the simulation's public state and drives the rest through the
+:class:`SimulationPort` it is handed when bound.
 
 Size: the members' life cycle (joins, crashes, churn, broadcasts, draining
-outputs) and the engine interface it calls (about 450 lines); one state
-that the run loop and the experiments share.
+outputs), the engine interface it calls and the port it hands the engine
+(about 520 lines); one state that the run loop and the experiments share.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, ClassVar, Literal
+
+import attrs
 
 from epto import (
     Config,
@@ -52,6 +56,44 @@ Send = Callable[[ProcessId, Sequence[tuple[ProcessId, Any]], float], None]
 """Hands a process's outputs ``(destination, message)`` to the network."""
 Flush = Callable[[ProcessId, Member, float], None]
 """Drains a process's outputs (messages and deliveries) after an input."""
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class SimulationPort:
+    """What an engine drives in the simulation it is bound to, beyond the
+    simulation's public state: the network's send functions, the output
+    drain, the calendar queue, and the ``sampler`` option.
+
+    The simulation builds it once from its own bound methods and hands it to
+    its engine (:meth:`Members._engine_for`): these operations stay private
+    to the simulation (a user has no business sending a ball on behalf of a
+    process, or scheduling a raw queue item), and the engine, in another
+    module, does not reach into the simulation's private attributes. An
+    engine hands them on in :meth:`Engine.sender` and :meth:`Engine.flusher`,
+    so the run loop calls the very same bound methods, without a hop through
+    the port.
+    """
+
+    send_balls: Send
+    """Datagrams (``_network.py``): every ball copy independently delayed and
+    lossy; EpTO's balls."""
+    send_peer: Callable[[ProcessId, ProcessId, object, float], None]
+    """One peer-sampling (Cyclon) message ``(src, dest, message, now)``: a
+    datagram of a queue kind of its own, counted apart from balls."""
+    send_links: Send
+    """Reliable FIFO links (``_network.py``): the token ring's and the
+    sequencing atoms' messages."""
+    drain: Flush
+    """Hands a process's messages to the engine's sender and its deliveries
+    to the observers (:meth:`Members._drain`)."""
+    push: Callable[[float, tuple[Any, ...]], None]
+    """Schedules a queue item ``(kind, a, b, c)`` (``_calendar.py``) at a
+    time, rounded up to the quantum."""
+    set_timer: Callable[[Any, float], None]
+    """Keeps one versioned timer per key, due at a time (``math.inf``: none)."""
+    sampler: Callable[[ProcessId, Membership], PeerSampler] | None
+    """The ``sampler`` option: an EpTO process's peer sampler over the full
+    view (None: :class:`epto.FullView`)."""
 
 
 def refuse_round_options(
@@ -93,6 +135,10 @@ class SimulationObserver:
 class Engine(ABC):
     """An ordering engine as the simulation sees it: one instance per
     simulation, bound to it (``_engines.py`` holds the implementations).
+
+    An engine is built with the simulation, whose public state it reads
+    (processes, membership, clock, options), and a :class:`SimulationPort`,
+    through which it sends, drains and schedules.
 
     The simulation side: :meth:`create`, :meth:`start`, :meth:`stop`,
     :meth:`can_broadcast`, :meth:`bootstrap`, :meth:`sender` and
@@ -157,9 +203,10 @@ class Engine(ABC):
         """Whether the live ``proc`` may broadcast."""
 
     @abstractmethod
-    def bootstrap(self, n: int) -> list[ProcessId] | None:
+    def bootstrap(self, n: int, first: ProcessId) -> list[ProcessId] | None:
         """The ids of the bootstrap members of a group of ``n`` started at
-        once, or None when ``n`` processes are started one by one."""
+        once (``first`` is the lowest id never used in the simulation), or
+        None when ``n`` processes are started one by one."""
 
     @abstractmethod
     def sender(self) -> Send:
@@ -258,7 +305,18 @@ class Members(VirtualNetwork):
             max_items_per_instant=max_items_per_instant,
         )
         self.config = config
-        self.engine = self._engine_for(config)
+        # Built once from bound methods: the engine binds what the run loop
+        # calls per message (sender, flusher) straight from it.
+        port = SimulationPort(
+            send_balls=self._send_balls,
+            send_peer=self._send_peer,
+            send_links=self._send_links,
+            drain=self._drain,
+            push=self._push,
+            set_timer=self._set_timer,
+            sampler=sampler,
+        )
+        self.engine = self._engine_for(config, port)
         """What differs between ordering engines (``_engines.py``)."""
         self.engine.check_options(drift=drift, jitter=jitter, sampler=sampler, pss=pss)
         if round_interval is None:
@@ -271,7 +329,6 @@ class Members(VirtualNetwork):
         self.jitter = float(jitter)
         self.membership = Membership()
         """Live processes (for a token ring: not excluded from the view)."""
-        self._sampler = sampler
         if not (pss == "full" or isinstance(pss, CyclonConfig)):
             raise ConfigurationError(f"pss must be 'full' or a CyclonConfig, got {pss!r}")
         if sampler is not None and pss != "full":
@@ -300,8 +357,9 @@ class Members(VirtualNetwork):
         self._send: Send = self.engine.sender()
         self._flush: Flush = self.engine.flusher()
 
-    def _engine_for(self, config: EngineConfig) -> Engine:
-        """The engine that runs processes of ``config`` (see ``Simulation``)."""
+    def _engine_for(self, config: EngineConfig, port: SimulationPort) -> Engine:
+        """The engine that runs processes of ``config``, bound to this
+        simulation and ``port`` (see ``Simulation``)."""
         raise NotImplementedError
 
     @property
@@ -349,7 +407,7 @@ class Members(VirtualNetwork):
     def add_processes(self, n: int) -> list[ProcessId]:
         """Start ``n`` processes; for a token ring with no process yet, they
         are the bootstrap members of a group of ``n``."""
-        pids = self.engine.bootstrap(n)
+        pids = self.engine.bootstrap(n, self._next_pid)
         if pids is not None:
             return [self.add_process(pid, members=pids) for pid in pids]
         return [self.add_process() for _ in range(n)]

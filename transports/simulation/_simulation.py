@@ -51,7 +51,7 @@ from epto.wire import Ball
 
 from ._calendar import ARRIVE, ARRIVE_MANY, LINK, PEER, TIMER, VERSIONED_TIMER
 from ._engines import engine_for
-from ._members import Engine, EngineConfig, Member, Members
+from ._members import Engine, EngineConfig, Member, Members, SimulationPort
 
 __all__ = ["Simulation"]
 
@@ -86,8 +86,8 @@ class Simulation(Members):
     forever on a run that makes no progress in virtual time.
     """
 
-    def _engine_for(self, config: EngineConfig) -> Engine:
-        return engine_for(self, config)
+    def _engine_for(self, config: EngineConfig, port: SimulationPort) -> Engine:
+        return engine_for(self, port, config)
 
     def step(self) -> bool:
         """Run every item due at the earliest scheduled time; False if none."""
