@@ -101,26 +101,3 @@ def test_no_engine_switch_outside_the_engine_adapters() -> None:
     allowed = {"_spec": 2}
     for name, lines in found.items():
         assert len(lines) <= allowed.get(name, 0), f"engine switch in {name}.py, lines {lines}"
-
-
-def _private_reaches(tree: ast.Module) -> list[str]:
-    """``x._name`` where ``x`` is not ``self`` nor ``cls``: a private attribute
-    of another object (the class chain ``Simulation`` < ``Members`` <
-    ``VirtualNetwork`` < ``CalendarQueue`` is one object: ``self._x`` is fine)."""
-    found = []
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Attribute)
-            and node.attr.startswith("_")
-            and not node.attr.startswith("__")
-            and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
-        ):
-            found.append(f"{node.lineno}: {ast.unparse(node)}")
-    return found
-
-
-def test_no_module_reaches_into_another_objects_private_attributes() -> None:
-    # The engines drive the simulation through the SimulationPort it hands
-    # them, and read its public state otherwise.
-    found = {name: lines for name, tree in _modules().items() if (lines := _private_reaches(tree))}
-    assert not found
