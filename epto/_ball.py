@@ -53,6 +53,7 @@ from itertools import chain, islice, zip_longest
 from operator import attrgetter, itemgetter
 from typing import TypeAlias
 
+from . import _fold
 from ._event import BallEntry, Event, EventId
 
 Layers: TypeAlias = dict[int, dict[EventId, Event]]
@@ -330,33 +331,29 @@ def merge_parts(sources: list[list[Part]], limit: int) -> tuple[list[Part], int,
         skip += 1
     if skip == len(entries):
         return [], 0, 0
-    folded: dict[EventId, Event] = {}
-    # (ttl, size of `folded` after the layers of that ttl), from the highest.
-    cuts: list[tuple[int, int]] = []
-    current = entries[skip][0]
+    # The layers of each ttl, from the highest, folded (fold_groups).
+    groups: list[list[dict[EventId, Event]]] = []
+    ttls: list[int] = []
+    current = None
     for ttl, layer, _, _ in islice(entries, skip, None):
         if ttl != current:
-            cuts.append((current, len(folded)))
+            groups.append([])
+            ttls.append(ttl)
             current = ttl
-        # dict.update without a method call (no argument tuple per layer).
-        folded |= layer
-    cuts.append((current, len(folded)))
-    layers: list[tuple[int, dict[EventId, Event]]] = []
-    items = iter(folded.items())
-    start = 0
-    for ttl, end in cuts:
-        if end != start:
-            layers.append((ttl, dict(islice(items, end - start))))
-            start = end
+        groups[-1].append(layer)
+    layers = [
+        (ttl, layer) for ttl, layer in zip(ttls, _fold.fold_groups(groups), strict=True) if layer
+    ]
     layers.reverse()
-    if len(folded) < _EVENTS_PER_PART * (len(entries) - skip):
+    size = sum(len(layer) for _, layer in layers)
+    if size < _EVENTS_PER_PART * (len(entries) - skip):
         # Few events, many parts: reading every merged event's timestamp
         # costs less than a statement per part, and gives exact bounds.
         parts = _parts_of(layers)
     else:
         parts = _bounded(layers, entries[skip:])
     # The highest layer's top bounds every other (see _bounded).
-    return parts, len(folded), max(map(itemgetter(3), parts))
+    return parts, size, max(map(itemgetter(3), parts))
 
 
 def merge_balls(balls: list[LayeredBall], limit: int, age: int = 0) -> LayeredBall:
@@ -387,48 +384,26 @@ def merge_balls(balls: list[LayeredBall], limit: int, age: int = 0) -> LayeredBa
     count = sum(map(len, map(_parts_attr, balls))) - dropped
     if not count:
         return LayeredBall._of_parts([], 0, 0)
-    folded: dict[EventId, Event] = {}
-    # Size of `folded` after each ttl, from the highest ttl down.
-    cuts: list[int] = []
-    for group in reversed(groups):
-        for layer in group:
-            if layer is not None:
-                # dict.update without a method call (no argument tuple per layer).
-                folded |= layer
-        cuts.append(len(folded))
-    size = len(folded)
-    items = iter(folded.items())
-    start = 0
-    ttl = len(groups) + age
-    dense: Dense = [None] * ttl
-    parts: list[Part] = []
+    layers: list[tuple[int, dict[EventId, Event]]] = []
+    ttl = len(groups)
+    for layer in _fold.fold_groups(groups[::-1]):
+        ttl -= 1
+        if layer:
+            layers.append((ttl, layer))
+    layers.reverse()
+    size = sum(len(layer) for _, layer in layers)
+    dense: Dense = [None] * (len(groups) + age)
+    for ttl, layer in layers:
+        dense[ttl + age] = layer
     if size < _EVENTS_PER_PART * count:
         # Few events, many parts: the merged events' timestamps, read once,
         # give exact bounds (as _parts_of).
-        stamps = list(map(_ts, folded.values()))
-        for end in cuts:
-            ttl -= 1
-            if end != start:
-                layer = dict(islice(items, end - start))
-                seg = stamps[start:end]
-                parts.append((ttl, layer, min(seg), max(seg)))
-                dense[ttl] = layer
-                start = end
-        parts.reverse()
-        return LayeredBall._with_dense(parts, _unless_sparse(dense, parts), size, max(stamps))
-    layers: list[tuple[int, dict[EventId, Event]]] = []
-    for end in cuts:
-        ttl -= 1
-        if end != start:
-            layer = dict(islice(items, end - start))
-            layers.append((ttl - age, layer))
-            dense[ttl] = layer
-            start = end
-    layers.reverse()
-    entries = sorted(chain.from_iterable(map(_parts_attr, balls)), key=_ttl_of, reverse=True)
-    parts = _bounded(layers, entries[-count:])
-    if age:
-        parts = [(ttl + age, layer, low, high) for ttl, layer, low, high in parts]
+        parts = [(ttl + age, layer, low, high) for ttl, layer, low, high in _parts_of(layers)]
+    else:
+        entries = sorted(chain.from_iterable(map(_parts_attr, balls)), key=_ttl_of, reverse=True)
+        parts = _bounded(layers, entries[-count:])
+        if age:
+            parts = [(ttl + age, layer, low, high) for ttl, layer, low, high in parts]
     top = max(map(itemgetter(3), parts))
     return LayeredBall._with_dense(parts, _unless_sparse(dense, parts), size, top)
 

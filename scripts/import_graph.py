@@ -60,7 +60,13 @@ def _resolve(target: str, known: set[str]) -> Iterator[str]:
 
 def graph() -> dict[str, set[str]]:
     mods = modules()
-    known = set(mods)
+    # Compiled modules (Cython sources) are modules too; they import no module
+    # of the library.
+    known = set(mods) | {
+        ".".join([prefix, *path.relative_to(folder).with_suffix("").parts])
+        for prefix, folder in PACKAGES.items()
+        for path in folder.glob("*.pyx")
+    }
     return {
         name: {t for t in _imports(name, path, known) if t != name} for name, path in mods.items()
     }

@@ -88,7 +88,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import platform
 
+    from epto import _fold
+
     print(f"# {platform.python_implementation()} {platform.python_version()}, {platform.machine()}")
+    build = "compiled" if _fold.compiled() else "Python (EPTO_PURE_PYTHON set, or none compiled)"
+    print(f"# the merge's fold: the {build} build (docs/benchmarks.md, *The compiled fold*)")
     print(
         f"# epto bench core: rate {args.rate:g}, clock {args.clock}, ordering {args.ordering}, "
         f"ball format {args.ball_format}, seed {args.seed}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -70,6 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if os.environ.get("EPTO_PURE_PYTHON"):
+        # The Python build of the compiled parts (a comparison, a check).
+        from epto import _fold
+
+        _fold.select("python")
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:
