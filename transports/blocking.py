@@ -32,7 +32,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from types import TracebackType
 from typing import Self, TypeVar
 
 import trio
@@ -40,6 +39,7 @@ import trio
 from epto import Delivery, EventId, LocalProtocolError, ProcessId
 from epto.endpoint import NodeConfig
 
+from ._lifecycle import SyncNodeLifecycle
 from .trio_node import GroupStatistics, open_node
 from .trio_tcp import TokenRingNode
 from .trio_udp import TrioNode
@@ -49,7 +49,7 @@ __all__ = ["BlockingNode"]
 T = TypeVar("T")
 
 
-class BlockingNode:
+class BlockingNode(SyncNodeLifecycle):
     """A trio node (:func:`~epto.transports.trio_node.open_node`) run on a
     thread of its own; start it with ``with`` or :meth:`start`."""
 
@@ -100,20 +100,6 @@ class BlockingNode:
                     raise error
                 raise LocalProtocolError("the node stopped while starting")
         return self
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
 
     def close(self) -> None:
         """Stop broadcasting, let the node flush its own broadcasts (at most

@@ -30,7 +30,6 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from types import TracebackType
 from typing import Any, Self
 
 import zmq
@@ -38,6 +37,7 @@ import zmq
 from epto import Delivery, EventId, LocalProtocolError, ProcessId
 from epto.endpoint import Address, EptoEndpoint, NodeConfig, Transmit, parse_host_port
 
+from ._lifecycle import SyncNodeLifecycle
 from ._loop import DeliveryBuffer, DeliveryOverflowError, DriverLoop, fresh_rng
 from ._statistics import TransportStatistics, epto_statistics, require_epto
 
@@ -53,7 +53,7 @@ def endpoint(address: Address) -> str:
     return f"tcp://{host}:{port}"
 
 
-class ZmqNode:
+class ZmqNode(SyncNodeLifecycle):
     """One EpTO node over ZeroMQ; start it with ``with`` or :meth:`start`."""
 
     def __init__(
@@ -111,20 +111,6 @@ class ZmqNode:
         )
         self._thread.start()
         return self
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
 
     def close(self, timeout: float | None = None) -> None:
         """Stop broadcasting, keep running rounds until this node's events have
