@@ -36,6 +36,7 @@ then closes the connection. ``cryptography`` is imported when a
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -97,22 +98,35 @@ class TransferKey:
         return AESGCM(key) if self.cipher == "aes-256-gcm" else ChaCha20Poly1305(key)
 
 
-class _Bytes:
-    """Exact reads from a stream, buffered (bounded by the caller's lengths)."""
+class ExactReader:
+    """Exact reads from a stream, buffered: what both the channel and the
+    transfer protocol read with. At most 1 MiB is asked of the stream at a
+    time (``receive_some`` allocates what it is asked for), whatever length
+    the caller wants; the caller bounds the lengths. ``closed(got)`` is the
+    error raised when the peer closes after ``got`` bytes of a read."""
 
-    def __init__(self, stream: trio.abc.Stream) -> None:
+    def __init__(self, stream: trio.abc.Stream, closed: Callable[[int], Exception]) -> None:
         self.stream = stream
+        self._closed = closed
         self._buffer = bytearray()
 
     async def exactly(self, n: int) -> bytes:
-        """``n`` bytes (``truncated`` if the peer closes first)."""
-        while len(self._buffer) < n:
-            chunk = await self.stream.receive_some(max(_READ, n - len(self._buffer)))
+        """``n`` bytes, or the ``closed`` error if the peer closes first."""
+        buffer = self._buffer
+        while len(buffer) < n:
+            chunk = await self.stream.receive_some(min(1 << 20, max(_READ, n - len(buffer))))
             if not chunk:
-                raise ChannelError("truncated", f"the peer closed after {len(self._buffer)} bytes")
-            self._buffer += chunk
-        out = bytes(self._buffer[:n])
-        del self._buffer[:n]
+                raise self._closed(len(buffer))
+            buffer += chunk
+        if len(buffer) == n:
+            # A whole read at once (a state, a record): one copy out, where a
+            # slice and then bytes() would copy it twice.
+            out = bytes(buffer)
+            buffer.clear()
+            return out
+        with memoryview(buffer) as view:
+            out = bytes(view[:n])
+        del buffer[:n]
         return out
 
     async def at_eof(self) -> bool:
@@ -125,6 +139,10 @@ class _Bytes:
         return False
 
 
+def _truncated(got: int) -> ChannelError:
+    return ChannelError("truncated", f"the peer closed after {got} bytes")
+
+
 class SealedStream(trio.abc.Stream):
     """A stream whose bytes travel in AEAD records (see the module). Open
     one with :meth:`client` or :meth:`server` on a connected stream; closing
@@ -132,7 +150,7 @@ class SealedStream(trio.abc.Stream):
 
     def __init__(
         self,
-        source: _Bytes,
+        source: ExactReader,
         send: AESGCM | ChaCha20Poly1305,
         receive: AESGCM | ChaCha20Poly1305,
         invalid_tag: type[Exception],
@@ -155,7 +173,7 @@ class SealedStream(trio.abc.Stream):
         # repeated with the server's would repeat both keys.
         nc = secrets.token_bytes(NONCE_BYTES)
         await stream.send_all(MAGIC + bytes((key.key_id,)) + nc)
-        source = _Bytes(stream)
+        source = ExactReader(stream, _truncated)
         hello = await source.exactly(_SERVER_HELLO)
         if hello[: len(MAGIC)] != MAGIC:
             raise ChannelError("bad-magic", "the server does not speak the sealed transfer")
@@ -166,7 +184,7 @@ class SealedStream(trio.abc.Stream):
     async def server(cls, stream: trio.abc.Stream, key: TransferKey) -> SealedStream:
         """The server's end: takes the client's hello (checked before the
         rest is read), answers with its own."""
-        source = _Bytes(stream)
+        source = ExactReader(stream, _truncated)
         if await source.exactly(len(MAGIC)) != MAGIC:
             raise ChannelError("bad-magic", "the client does not speak the sealed transfer")
         rest = await source.exactly(_CLIENT_HELLO - len(MAGIC))

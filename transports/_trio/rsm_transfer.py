@@ -41,7 +41,7 @@ import trio
 from epto.endpoint import Address, parse_host_port
 from epto.rsm import OrderKey, Snapshot
 
-from .rsm_channel import ChannelError, SealedStream, TransferKey
+from .rsm_channel import ChannelError, ExactReader, SealedStream, TransferKey
 
 MAX_REQUEST = 4096
 CHUNK = 1 << 16
@@ -63,6 +63,10 @@ def _key(value: Any) -> OrderKey | None:
     return (value[0], value[1], value[2])
 
 
+def _peer_closed(got: int) -> TransferError:
+    return TransferError("the peer closed the connection")
+
+
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -72,24 +76,12 @@ async def _send(stream: trio.abc.Stream, message: dict[str, Any]) -> None:
     await stream.send_all(len(data).to_bytes(4, "big") + data)
 
 
-class _Reader:
-    """Reads exact byte counts from a stream (bounded by the caller's deadline)."""
+class _Reader(ExactReader):
+    """Exact reads and length-prefixed JSON messages from a stream (bounded
+    by the caller's deadline)."""
 
     def __init__(self, stream: trio.abc.Stream) -> None:
-        self._stream = stream
-        self._buffer = bytearray()
-
-    async def exactly(self, n: int) -> bytes:
-        while len(self._buffer) < n:
-            # At most 1 MiB per call: recv allocates what it is asked for.
-            want = min(1 << 20, max(CHUNK, n - len(self._buffer)))
-            chunk = await self._stream.receive_some(want)
-            if not chunk:
-                raise TransferError("the peer closed the connection")
-            self._buffer += chunk
-        out = bytes(self._buffer[:n])
-        del self._buffer[:n]
-        return out
+        super().__init__(stream, _peer_closed)
 
     async def message(self, limit: int) -> dict[str, Any]:
         size = int.from_bytes(await self.exactly(4), "big")
