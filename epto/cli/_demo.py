@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import secrets
+import socket
 import subprocess
 import sys
 import time
@@ -81,7 +82,10 @@ def run(args: argparse.Namespace) -> int:
     ids = list(range(1, n + 1))
     from epto.transports._ports import free_ports
 
-    ports = dict(zip(ids, free_ports(n), strict=True))
+    # ZeroMQ listens on TCP, trio's EpTO node on UDP: a port free for one
+    # kind need not be free for the other.
+    kind = socket.SOCK_STREAM if args.transport == "zmq" else socket.SOCK_DGRAM
+    ports = dict(zip(ids, free_ports(n, kind), strict=True))
     peers = [f"--peer={i}=127.0.0.1:{ports[i]}" for i in ids]
     expected = n * args.events
     print(

@@ -5,8 +5,10 @@ on 127.0.0.1: every delivery is printed twice (tagged optimistic, then final),
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from epto.transports._ports import free_ports
@@ -16,7 +18,10 @@ from epto.check import check
 
 def test_three_processes_print_optimistic_then_final_deliveries(tmp_path: Path) -> None:
     pids = [1, 2, 3]
-    ports = free_ports(3)
+    # TCP ports (the token ring listens on TCP); each node's standard error
+    # goes to a file, which never fills up and stops the node as a pipe
+    # nobody reads would.
+    ports = free_ports(3, socket.SOCK_STREAM)
     peers = [f"--peer={p}=127.0.0.1:{q}" for p, q in zip(pids, ports, strict=True)]
     procs = {}
     for pid, port in zip(pids, ports, strict=True):
@@ -24,17 +29,25 @@ def test_three_processes_print_optimistic_then_final_deliveries(tmp_path: Path) 
         argv += [f"--id={pid}", f"--bind=127.0.0.1:{port}", *peers, f"--seed={pid}"]
         argv += [f"--broadcast=m{pid}-{i}" for i in range(4)]
         argv += ["--expect=12", "--linger=1.0", f"--output={tmp_path / f'{pid}.jsonl'}"]
-        procs[pid] = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+        with (tmp_path / f"{pid}.stderr").open("w") as stderr:
+            procs[pid] = subprocess.Popen(argv, stderr=stderr, text=True)
+    deadline = time.monotonic() + 60
     try:
         for proc in procs.values():
-            assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                break
     finally:
         for proc in procs.values():
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-            if proc.stderr is not None:
-                proc.stderr.close()
+    report = {
+        pid: (proc.returncode, (tmp_path / f"{pid}.stderr").read_text()[-2000:])
+        for pid, proc in procs.items()
+    }
+    assert all(proc.returncode == 0 for proc in procs.values()), report
     finals = {}
     for pid in pids:
         lines = [json.loads(line) for line in (tmp_path / f"{pid}.jsonl").read_text().splitlines()]
