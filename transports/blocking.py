@@ -30,7 +30,7 @@ import contextlib
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Self, TypeVar
 
@@ -154,11 +154,6 @@ class BlockingNode(SyncNodeLifecycle):
                 if left is not None and left <= 0:
                     return None
                 self._cond.wait(left)
-
-    def __iter__(self) -> Iterator[Delivery]:
-        """Every delivery, blocking, until the node stopped."""
-        while (delivery := self.get()) is not None:
-            yield delivery
 
     def statistics(self) -> GroupStatistics:
         """The node's statistics (``TrioNode``'s or ``TokenRingNode``'s); once

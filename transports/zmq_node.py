@@ -29,7 +29,6 @@ import math
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any, Self
 
 import zmq
@@ -172,11 +171,6 @@ class ZmqNode(SyncNodeLifecycle):
                 if left is not None and left <= 0:
                     return None
                 self._cond.wait(left)
-
-    def __iter__(self) -> Iterator[Delivery]:
-        """Every delivery, blocking, until the node is closed."""
-        while (delivery := self.get()) is not None:
-            yield delivery
 
     def add_member(self, pid: ProcessId, address: Address) -> None:
         with self._cond:

@@ -12,6 +12,7 @@ import functools
 import tracemalloc
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 import trio
@@ -51,15 +52,15 @@ class Replica:
         self.snapshots_taken += 1
         return SNAPSHOT
 
-    def server(self, key: GroupKey | None) -> TransferServer:
+    def server(self, key: GroupKey | None, **options: Any) -> TransferServer:
+        options = {"wait": 1.0, "send_timeout": 5.0, **options}
         return TransferServer(
             snapshot=self.snapshot,
             ready=lambda: True,
             cut=lambda: SNAPSHOT.cut,
             digest_at=lambda cut: SNAPSHOT.digest if cut == SNAPSHOT.cut else None,
-            wait=1.0,
-            send_timeout=5.0,
             key=None if key is None else TransferKey(key),
+            **options,
         )
 
 
@@ -325,16 +326,8 @@ async def test_a_peer_that_says_nothing_frees_its_slot_after_the_request_timeout
     key: GroupKey | None,
 ) -> None:
     replica = Replica()
-    server = TransferServer(
-        snapshot=replica.snapshot,
-        ready=lambda: True,
-        cut=lambda: SNAPSHOT.cut,
-        digest_at=lambda cut: SNAPSHOT.digest if cut == SNAPSHOT.cut else None,
-        wait=60.0,
-        send_timeout=300.0,
-        max_connections=1,
-        key=None if key is None else TransferKey(key),
-        request_timeout=0.2,
+    server = replica.server(
+        key, wait=60.0, send_timeout=300.0, max_connections=1, request_timeout=0.2
     )
     with trio.fail_after(WAIT):
         async with serving(server.handle) as address:
