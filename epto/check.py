@@ -18,6 +18,12 @@ and liveness (nothing stuck at quiescence).
 
 Every violation names its events and, for order, a process witnessing each
 edge of the cycle, so a failing run can be read, not just counted.
+
+What clients of a replicated object saw is judged apart:
+:func:`check_linearizable` decides whether a history of register or
+grow-only set operations (invocation, completion, result; indeterminate
+ones included) is linearizable, key by key, with Wing and Gong's search as
+improved by Lowe ("Testing for linearizability", G. Lowe).
 """
 
 from ._check import CheckReport as CheckReport
@@ -25,17 +31,23 @@ from ._check import IntegrityViolation as IntegrityViolation
 from ._check import OrderViolation as OrderViolation
 from ._check import check as check
 from ._check import find_cycles as find_cycles
+from ._linearizability import HistoryOp as HistoryOp
+from ._linearizability import LinearizabilityVerdict as LinearizabilityVerdict
+from ._linearizability import check_linearizable as check_linearizable
 from ._pairwise import PairwiseReport as PairwiseReport
 from ._pairwise import PairwiseViolation as PairwiseViolation
 from ._pairwise import check_pairwise as check_pairwise
 
 __all__ = [
     "CheckReport",
+    "HistoryOp",
     "IntegrityViolation",
+    "LinearizabilityVerdict",
     "OrderViolation",
     "PairwiseReport",
     "PairwiseViolation",
     "check",
+    "check_linearizable",
     "check_pairwise",
     "find_cycles",
 ]

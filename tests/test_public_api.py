@@ -142,11 +142,14 @@ EXPORTS: dict[str, frozenset[str]] = {
     "epto.check": frozenset(
         {
             "CheckReport",
+            "HistoryOp",
             "IntegrityViolation",
+            "LinearizabilityVerdict",
             "OrderViolation",
             "PairwiseReport",
             "PairwiseViolation",
             "check",
+            "check_linearizable",
             "check_pairwise",
             "find_cycles",
         }

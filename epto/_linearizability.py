@@ -1,0 +1,427 @@
+"""Linearizability of client histories: the checker of :mod:`epto.check`.
+
+A history is what clients saw: each operation with its invocation and
+completion times and its result. It is linearizable when every operation can
+be given one instant between its invocation and its completion such that,
+executed one by one in the order of those instants, a sequential model (a
+register, a grow-only set) gives every completed operation the result its
+client saw ("Linearizability: a correctness condition for concurrent
+objects", M. Herlihy and J. Wing).
+
+The search is Wing and Gong's ("Testing and verifying concurrent objects",
+J. Wing and C. Gong) with the two improvements of "Testing for
+linearizability" (G. Lowe):
+
+- *just-in-time linearization*: the history becomes a doubly linked list of
+  call and return entries in time order. Walking it from the head, an
+  operation whose call entry comes before the first return entry may be
+  linearized next (it is "minimal"); meeting a return entry means the
+  operation it closes had to be linearized by now and was not, so the search
+  backtracks to its last choice;
+- *memoisation*: a configuration is the set of operations linearized so far
+  and the model's state; one already explored is not explored again.
+
+Indeterminate operations (``status="info"``: a timeout, a crash) may take
+effect at any time after their invocation or never. They have no return
+entry, so nothing ever forces them; the search may linearize one wherever it
+is minimal. Two reductions keep them cheap, both sound because an
+indeterminate operation has no result to check and can always be left out:
+
+- an indeterminate operation is not linearized where it would not change the
+  state (a write of the current value, a cas whose expected value is not the
+  current one, an add of an element already present): leaving it out is the
+  same;
+- a configuration is pruned when one with the same completed operations
+  linearized and the same state, but a *subset* of its indeterminate
+  operations, was already reached: that one can do everything this one can
+  (subsumption, as in reachability checking with inclusion).
+
+Keys are independent objects: the history is partitioned by key and each key
+is searched on its own, with its own budget of configurations.
+
+Ties: an operation that completes at the instant another is invoked is
+taken as concurrent with it (call entries sort before return entries at
+equal times), so clock granularity never makes a correct history fail.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+import attrs
+
+__all__ = ["HistoryOp", "LinearizabilityVerdict", "check_linearizable"]
+
+MODELS: Final = {"register": frozenset({"write", "read", "cas"}), "set": frozenset({"add", "read"})}
+"""The models and the operations each one knows."""
+
+STATUSES: Final = frozenset({"ok", "fail", "info"})
+
+STATE_SAMPLE: Final = 8
+"""How many distinct states a failure report lists."""
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class HistoryOp:
+    """One client operation, as the client saw it.
+
+    ``op`` is ``"write"``, ``"read"`` or ``"cas"`` for the register model,
+    ``"add"`` or ``"read"`` for the grow-only set model. ``arg``: the value
+    (write), ``(expected, new)`` (cas), the element (add), ``None`` (read).
+    ``result``: the value read (register, ``None`` when never written) or the
+    elements read (set: any iterable, compared as a frozenset); ``True`` or
+    ``False`` for a cas; ignored for write and add.
+
+    ``status``: ``"ok"`` (completed, result known), ``"fail"`` (definitely
+    did not take effect: dropped), ``"info"`` (indeterminate: may take effect
+    at any time after ``invoked``, or never; ``completed`` is ignored and may
+    be ``None``). Values and elements must be hashable.
+    """
+
+    client: int
+    key: str
+    op: str
+    arg: Any = None
+    result: Any = None
+    status: str
+    invoked: float
+    completed: float | None
+
+
+@attrs.frozen(kw_only=True, slots=True)
+class LinearizabilityVerdict:
+    """What :func:`check_linearizable` decided."""
+
+    ok: bool | None
+    """True: every key is linearizable. False: some key is not. None: no key
+    failed, but the search budget ran out on some key before deciding."""
+    model: str
+    keys: int
+    """Keys checked (every key of the history)."""
+    operations: int
+    """Operations considered: the history without ``"fail"`` operations and
+    indeterminate reads (which have no effect)."""
+    failing_key: str | None
+    """The first key (in sorted order) that is not linearizable; when ``ok``
+    is None, the first key left undecided; None when ``ok``."""
+    failure: str
+    """Which operation could not be linearized and the states reachable just
+    before it; or which key ran out of budget; ``""`` when ``ok``."""
+    states_explored: int
+    """Configurations (linearized set, state) the search entered, over all keys."""
+
+
+# Per-model step: (state, kind, arg, result, info) -> new state, or _NO when the
+# operation cannot be linearized in this state (or, for an indeterminate one,
+# would not change it).
+_NO: Final = object()
+_Step = Callable[[Any, str, Any, Any, bool], Any]
+
+
+def _register_step(state: Any, kind: str, arg: Any, result: Any, info: bool) -> Any:
+    if kind == "read":
+        return state if state == result else _NO
+    if kind == "write":
+        return _NO if info and state == arg else arg
+    expected, new = arg  # cas
+    if info:
+        return new if state == expected and state != new else _NO
+    if result:
+        return new if state == expected else _NO
+    return state if state != expected else _NO
+
+
+def _set_step(state: Any, kind: str, arg: Any, result: Any, info: bool) -> Any:
+    if kind == "read":
+        return state if state == result else _NO
+    if arg in state:  # add
+        return _NO if info else state
+    return state | {arg}
+
+
+_STEPS: Final[dict[str, tuple[_Step, Any]]] = {
+    "register": (_register_step, None),
+    "set": (_set_step, frozenset()),
+}
+
+
+def _describe(op: HistoryOp, index: int) -> str:
+    if op.op == "read":
+        shown = sorted(op.result, key=repr) if isinstance(op.result, frozenset) else op.result
+        what = f"read -> {shown!r}"
+    elif op.op == "cas":
+        what = f"cas{op.arg!r} -> {op.result!r}"
+    else:
+        what = f"{op.op}({op.arg!r})"
+    when = f"invoked {op.invoked!r}"
+    when += f", completed {op.completed!r}" if op.status == "ok" else ", indeterminate"
+    return f"operation #{index} (client {op.client}: {what}, {when})"
+
+
+def _show_state(state: Any) -> str:
+    if isinstance(state, frozenset):
+        return "{" + ", ".join(sorted(map(repr, state))) + "}"
+    return repr(state)
+
+
+def _validate(op: HistoryOp, index: int, model: str) -> HistoryOp:
+    """Check one operation; return it with a set read's result as a frozenset."""
+
+    def bad(why: str) -> ValueError:
+        return ValueError(f"history operation #{index} ({op!r}): {why}")
+
+    if not isinstance(op, HistoryOp):
+        raise bad("not a HistoryOp")
+    if op.status not in STATUSES:
+        raise bad(f"unknown status {op.status!r} (expected one of {sorted(STATUSES)})")
+    if op.op not in MODELS[model]:
+        raise bad(f"unknown operation {op.op!r} for the {model} model")
+    if not isinstance(op.key, str):
+        raise bad("key is not a str")
+    if not isinstance(op.invoked, int | float) or not math.isfinite(op.invoked):
+        raise bad("invoked is not a finite number")
+    if op.completed is not None:
+        if not isinstance(op.completed, int | float) or not math.isfinite(op.completed):
+            raise bad("completed is not a finite number")
+        if op.completed < op.invoked:
+            raise bad("completed before it was invoked")
+    elif op.status == "ok":
+        raise bad("status ok without a completion time")
+    if op.status == "fail":
+        return op
+    if op.op == "cas":
+        if not (isinstance(op.arg, tuple) and len(op.arg) == 2):
+            raise bad("a cas takes arg=(expected, new)")
+        if op.status == "ok" and not isinstance(op.result, bool):
+            raise bad("a completed cas has result True or False")
+    values = [op.arg]
+    if op.op == "read" and op.status == "ok":
+        if model == "set":
+            try:
+                op = attrs.evolve(op, result=frozenset(op.result))
+            except TypeError as exc:
+                raise bad(f"a set read's result must be an iterable of hashables: {exc}") from exc
+        values.append(op.result)
+    for value in values:
+        try:
+            hash(value)
+        except TypeError as exc:
+            raise bad(f"values must be hashable: {exc}") from exc
+    return op
+
+
+class _Outcome:
+    """The result of searching one key."""
+
+    __slots__ = ("failure", "ok", "states")
+
+    def __init__(self, ok: bool | None, states: int, failure: str) -> None:
+        self.ok = ok
+        self.states = states
+        self.failure = failure
+
+
+def _check_key(
+    ops: list[tuple[int, HistoryOp]], step: _Step, initial: Any, max_states: int
+) -> _Outcome:
+    """Lowe's just-in-time search with memoisation over one key's operations."""
+    n = len(ops)
+    if n == 0:
+        return _Outcome(True, 0, "")
+    kinds = [op.op for _, op in ops]
+    args = [op.arg for _, op in ops]
+    results = [op.result for _, op in ops]
+    info = [op.status == "info" for _, op in ops]
+    # Separate bit positions for completed and indeterminate operations: the
+    # memo is keyed by (completed ones linearized, state) and holds the sets of
+    # indeterminate ones linearized with them, for the subsumption test.
+    bit = [0] * n
+    ok_count = info_count = 0
+    for i in range(n):
+        if info[i]:
+            bit[i] = 1 << info_count
+            info_count += 1
+        else:
+            bit[i] = 1 << ok_count
+            ok_count += 1
+
+    # Entries: node 0 is the head sentinel; op i has its call node at 1 + 2i
+    # and (when completed) its return node at 2 + 2i.
+    timed: list[tuple[float, int, int]] = []
+    for i, (_, op) in enumerate(ops):
+        timed.append((op.invoked, 0, 1 + 2 * i))
+        if not info[i]:
+            assert op.completed is not None
+            timed.append((op.completed, 1, 2 + 2 * i))
+    timed.sort()
+    size = 2 * n + 1
+    nxt = [-1] * size
+    prv = [-1] * size
+    rank = [0] * size  # position in time order, for the failure report
+    last = 0
+    for position, (_, _, node) in enumerate(timed):
+        nxt[last] = node
+        prv[node] = last
+        rank[node] = position
+        last = node
+
+    def lift(i: int) -> None:
+        call = 1 + 2 * i
+        nxt[prv[call]] = nxt[call]
+        if nxt[call] != -1:
+            prv[nxt[call]] = prv[call]
+        if not info[i]:
+            ret = call + 1
+            nxt[prv[ret]] = nxt[ret]
+            if nxt[ret] != -1:
+                prv[nxt[ret]] = prv[ret]
+
+    def unlift(i: int) -> None:
+        call = 1 + 2 * i
+        if not info[i]:
+            ret = call + 1
+            nxt[prv[ret]] = ret
+            if nxt[ret] != -1:
+                prv[nxt[ret]] = ret
+        nxt[prv[call]] = call
+        if nxt[call] != -1:
+            prv[nxt[call]] = call
+
+    seen: dict[tuple[int, Any], list[int]] = {(0, initial): [0]}
+    states = 1
+    state = initial
+    done = 0  # completed operations linearized (bits)
+    extra = 0  # indeterminate operations linearized (bits)
+    remaining = ok_count
+    stack: list[tuple[int, Any]] = []  # (operation, state before it)
+    stuck_rank = -1  # the latest return entry the search could not get past
+    stuck_states: dict[Any, None] = {}
+    entry = nxt[0]
+    while True:
+        # While completed operations remain, their return entries are in the
+        # list, and the walk meets the first of them before the list's end.
+        if remaining == 0:
+            return _Outcome(True, states, "")
+        if entry & 1:  # a call entry
+            i = entry >> 1
+            new = step(state, kinds[i], args[i], results[i], info[i])
+            if new is not _NO:
+                if info[i]:
+                    key, mark = (done, new), extra | bit[i]
+                else:
+                    key, mark = (done | bit[i], new), extra
+                known = seen.get(key)
+                if known is None or not any(old & ~mark == 0 for old in known):
+                    if states >= max_states:
+                        return _Outcome(None, states, "")
+                    states += 1
+                    if known is None:
+                        seen[key] = [mark]
+                    else:
+                        known.append(mark)
+                    stack.append((i, state))
+                    state = new
+                    done, extra = key[0], mark
+                    if not info[i]:
+                        remaining -= 1
+                    lift(i)
+                    entry = nxt[0]
+                    continue
+            entry = nxt[entry]
+        else:  # a return entry: its operation had to be linearized by now
+            if rank[entry] > stuck_rank:
+                stuck_rank = rank[entry]
+                stuck_states = {}
+            if rank[entry] == stuck_rank and len(stuck_states) < STATE_SAMPLE:
+                stuck_states[state] = None
+            if not stack:
+                break
+            i, state = stack.pop()
+            unlift(i)
+            if info[i]:
+                extra &= ~bit[i]
+            else:
+                done &= ~bit[i]
+                remaining += 1
+            entry = nxt[1 + 2 * i]
+
+    index, op = ops[timed[stuck_rank][2] // 2 - 1]  # return node 2 + 2i closes operation i
+    shown = ", ".join(_show_state(s) for s in stuck_states)
+    more = " (and others)" if len(stuck_states) >= STATE_SAMPLE else ""
+    return _Outcome(
+        False,
+        states,
+        f"{_describe(op, index)} cannot be linearized; "
+        f"states reachable just before it: {shown}{more}",
+    )
+
+
+def check_linearizable(
+    history: Iterable[HistoryOp], *, model: str = "register", max_states: int = 1_000_000
+) -> LinearizabilityVerdict:
+    """Decide whether ``history`` is linearizable for ``model``, key by key.
+
+    ``model`` is ``"register"`` (initial value None; write, read, cas) or
+    ``"set"`` (a grow-only set, initially empty; add, read). ``max_states``
+    bounds the configurations searched *per key*; a key that needs more is
+    undecided and the verdict's ``ok`` is None unless another key failed.
+
+    Raises ValueError, naming the operation (its position in ``history`` and
+    its fields), for a malformed one: an unknown operation or status, a
+    completion before the invocation, a completed operation without a
+    completion time, a cas without ``(expected, new)`` or with a non-bool
+    result, an unhashable value.
+    """
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r} (expected one of {sorted(MODELS)})")
+    if max_states < 1:
+        raise ValueError(f"max_states must be at least 1, not {max_states}")
+    step, initial = _STEPS[model]
+    by_key: dict[str, list[tuple[int, HistoryOp]]] = {}
+    operations = 0
+    for index, raw in enumerate(history):
+        op = _validate(raw, index, model)
+        by_key.setdefault(op.key, [])
+        if op.status == "fail" or (op.status == "info" and op.op == "read"):
+            continue
+        by_key[op.key].append((index, op))
+        operations += 1
+
+    states = 0
+    failed: list[tuple[str, str]] = []
+    undecided: list[str] = []
+    for key in sorted(by_key):
+        outcome = _check_key(by_key[key], step, initial, max_states)
+        states += outcome.states
+        if outcome.ok is False:
+            failed.append((key, outcome.failure))
+        elif outcome.ok is None:
+            undecided.append(key)
+
+    ok: bool | None
+    if failed:
+        ok = False
+        failing_key, failure = failed[0]
+        failure = f"key {failing_key!r}: {failure}"
+        if len(failed) > 1:
+            failure += f" ({len(failed)} keys are not linearizable)"
+    elif undecided:
+        ok = None
+        failing_key = undecided[0]
+        failure = (
+            f"key {failing_key!r}: undecided, the search budget of {max_states} states "
+            f"ran out ({len(undecided)} keys undecided)"
+        )
+    else:
+        ok, failing_key, failure = True, None, ""
+    return LinearizabilityVerdict(
+        ok=ok,
+        model=model,
+        keys=len(by_key),
+        operations=operations,
+        failing_key=failing_key,
+        failure=failure,
+        states_explored=states,
+    )
