@@ -10,6 +10,7 @@ free on the machine that runs it.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import socket
@@ -115,3 +116,26 @@ def test_the_table_gives_each_default() -> None:
             actual = field.default
         documented = eval(default, {"__builtins__": {}}, names)  # the page's own text
         assert _same(documented, actual), f"{name}: the page says {default}, it is {actual!r}"
+
+
+def test_the_restart_example_ends_with_one_state(tmp_path: Path) -> None:
+    """examples/rsm_restart.py, which the page's *Restart a replica* names:
+    replica 3 stopped, the group writing on, replica 3 started again on its
+    directory, then one state and one digest at all three."""
+    example = PAGE.parents[1] / "examples" / "rsm_restart.py"
+    ports = free_ports(3, socket.SOCK_DGRAM)
+    members = [f"--member={pid}=127.0.0.1:{port}" for pid, port in enumerate(ports, 1)]
+    done = subprocess.run(
+        [sys.executable, str(example), *members, "--timeout=40"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["stopped", "restarted", "agreed"], lines
+    assert lines[0] == "stopped 3 after 5 commands"
+    applied = json.loads(lines[2].split(" ", 1)[1].rsplit(" ", 1)[0])
+    assert applied == [12, 12, 12]  # 5 before, 5 while down, 1 after, 1 from replica 3

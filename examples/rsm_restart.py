@@ -1,0 +1,124 @@
+"""A replica stopped and started again on its data directory comes back as the
+same member (docs/rsm.md, *Restart a replica*).
+
+Three replicas of a key-value machine run in one trio process, EpTO over
+loopback UDP. Replica 3 writes, stops; the others go on writing; replica 3 is
+started again with the same pid and the same data directory, waits until it
+is ready, and the three end with one state and one digest::
+
+    python examples/rsm_restart.py
+    python examples/rsm_restart.py --member 1=127.0.0.1:9001 \\
+        --member 2=127.0.0.1:9002 --member 3=127.0.0.1:9003
+
+Each step prints one line (``stopped``, ``restarted``, ``agreed`` with the
+replicas' applied counts and digest). The data directories are temporary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import trio
+from epto.transports import NodeConfig
+from epto.transports.trio_rsm import ReplicaConfig, ReplicatedNode
+
+from epto.rsm import StateMachine, replicated
+
+DEFAULT_MEMBERS = {1: "127.0.0.1:9001", 2: "127.0.0.1:9002", 3: "127.0.0.1:9003"}
+
+
+class KV(StateMachine):
+    """Keys and values, replicated."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, object] = {}
+
+    @replicated
+    def set(self, key: str, value: object) -> object:
+        old = self.data.get(key)
+        self.data[key] = value
+        return old
+
+    def snapshot(self) -> bytes:
+        return json.dumps(self.data, sort_keys=True).encode()
+
+    def restore(self, state: bytes) -> None:
+        self.data = json.loads(state)
+
+
+def _parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--member",
+        action="append",
+        default=[],
+        metavar="ID=HOST:PORT",
+        help="the three members (default: 127.0.0.1:9001 to 9003)",
+    )
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds for each step")
+    args = p.parse_args()
+    if args.member:
+        pairs = [m.split("=", 1) for m in args.member]
+        args.members = {int(pid): address for pid, address in pairs}
+    else:
+        args.members = DEFAULT_MEMBERS
+    if len(args.members) != 3:
+        p.error("give three members")
+    return args
+
+
+def _replica(
+    args: argparse.Namespace, root: Path, pid: int, peers: dict[int, str]
+) -> ReplicatedNode:
+    node = NodeConfig(pid=pid, bind=args.members[pid], members=args.members, round_interval=0.05)
+    return ReplicatedNode(KV(), node, ReplicaConfig(data_dir=str(root / f"kv-{pid}"), peers=peers))
+
+
+async def _agreed(replicas: list[ReplicatedNode]) -> None:
+    """Until every replica has applied as much as the others, in one order."""
+    while len({(r.status().applied, r.status().digest) for r in replicas}) > 1:
+        await trio.sleep(0.05)
+
+
+async def run(args: argparse.Namespace, root: Path) -> None:
+    first, second, third = sorted(args.members)
+    async with AsyncExitStack() as stack:
+        one = await stack.enter_async_context(_replica(args, root, first, {}))
+        two = await stack.enter_async_context(_replica(args, root, second, {}))
+        peers = {first: one.transfer_address, second: two.transfer_address}
+        with trio.fail_after(args.timeout):
+            async with _replica(args, root, third, peers) as three:
+                await three.wait_ready()
+                for i in range(5):
+                    await three.call("set", f"before-{i}", i)
+                await _agreed([one, two, three])
+                print("stopped", third, "after", three.status().applied, "commands", flush=True)
+        with trio.fail_after(args.timeout):
+            for i in range(5):  # the group goes on without it
+                await one.call("set", f"while-down-{i}", i)
+        with trio.fail_after(args.timeout):
+            async with _replica(args, root, third, peers) as three:
+                await three.wait_ready()
+                print("restarted", third, "ready", flush=True)
+                await one.call("set", "after", "restart")
+                await _agreed([one, two, three])
+                assert await three.call("set", "from", third) is None
+                replicas = [one, two, three]
+                await _agreed(replicas)
+                assert all(r.machine.data == one.machine.data for r in replicas)  # type: ignore[attr-defined]
+                status = three.status()
+                print("agreed", [r.status().applied for r in replicas], status.digest, flush=True)
+
+
+def main() -> None:
+    args = _parse()
+    with tempfile.TemporaryDirectory() as root:
+        trio.run(run, args, Path(root))
+
+
+if __name__ == "__main__":
+    main()
