@@ -44,7 +44,9 @@ from ._event import ProcessId as ProcessId
 from ._errors import ConfigurationError as ConfigurationError
 from ._errors import EptoError as EptoError
 from ._errors import LocalProtocolError as LocalProtocolError
+from ._errors import MemberRunningError as MemberRunningError
 from ._errors import RemoteProtocolError as RemoteProtocolError
+from ._errors import SupersededError as SupersededError
 
 # isort: split
 import importlib as _importlib
@@ -111,6 +113,7 @@ __all__ = [
     "GroupKey",
     "Limits",
     "LocalProtocolError",
+    "MemberRunningError",
     "Membership",
     "Node",
     "NodeStatistics",
@@ -123,6 +126,7 @@ __all__ = [
     "ProcessStatistics",
     "RemoteProtocolError",
     "SignatureVerifier",
+    "SupersededError",
     "TokenRingConfig",
     "TokenRingProcess",
     "VerifierStatistics",

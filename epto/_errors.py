@@ -32,3 +32,15 @@ class RemoteProtocolError(EptoError):
     def __init__(self, message: str, *, fault: str = "malformed") -> None:
         super().__init__(message)
         self.fault = fault
+
+
+class MemberRunningError(LocalProtocolError):
+    """Another live process runs this member: the lock on its data directory
+    is held (docs/node.md, *Restart*). Two processes with one id would give
+    the group two members under one name; the second is refused at start."""
+
+
+class SupersededError(LocalProtocolError):
+    """A later incarnation of this member runs elsewhere (its events reached
+    this process), so this process stops: the group now counts the later one
+    as the member (docs/node.md, *Restart*)."""

@@ -67,6 +67,7 @@ class Node:
         seeds: Iterable[PeerDescriptor] = (),
         address: bytes = b"",
         signer: Callable[[Event], bytes] | None = None,
+        incarnation: int = 0,
     ) -> None:
         self.pid = pid
         self.address = bytes(address)
@@ -93,7 +94,9 @@ class Node:
             peers = self.full_view
         else:
             raise LocalProtocolError(f"sampler must be 'full' or a CyclonConfig, got {sampler!r}")
-        self.process = Process(pid, config, peers=peers, rng=rng, now=now, signer=signer)
+        self.process = Process(
+            pid, config, peers=peers, rng=rng, now=now, signer=signer, incarnation=incarnation
+        )
         self._closed = False
         self._rejected: dict[str, int] = {}
 

@@ -382,6 +382,19 @@ class Ordering:
                 self.delivered_out_of_order += 1
                 self._emit(Delivery(event=event, tag=DeliveryTag.OUT_OF_ORDER))
 
+    def resume_after(self, ts: int) -> None:
+        """Treat the order up to ``ts`` as delivered (a restarted member's
+        earlier incarnation delivered it): later copies at or below ``ts``
+        fail the timestamp test like any stale copy."""
+        if ts > self.last_delivered_ts:
+            self.last_delivered_ts = ts
+            self._delivered_at_last_ts.clear()
+            # Pending events at or below ts could never be delivered now.
+            for eid in [eid for eid, entry in self._received.items() if entry[0].ts <= ts]:
+                event, birth, _ = self._received.pop(eid)
+                self._out_of_bucket(eid, event, birth)
+                self.rejected_stale += 1
+
     def held_event(self, eid: EventId) -> Event | None:
         """The event received under ``eid`` and not delivered yet, or None."""
         entry = self._received.get(eid)

@@ -46,6 +46,7 @@ from ._ball import CheckedBall, LayeredBall, merge_balls
 from ._config import Config
 from ._errors import LocalProtocolError
 from ._event import Ball, BallEntry, Delivery, Event, EventId, ProcessId
+from ._incarnation import check_incarnation, first_seq
 from ._ordering import Ordering
 from ._sampler import PeerSampler
 
@@ -106,10 +107,14 @@ class Process:
         rng: random.Random,
         now: float,
         signer: Callable[[Event], bytes] | None = None,
+        incarnation: int = 0,
     ) -> None:
         if not isinstance(pid, int) or not 0 <= pid < 2**64:
             raise LocalProtocolError(f"process id must be an integer in [0, 2**64), got {pid!r}")
         self.pid = pid
+        self.incarnation = check_incarnation(incarnation)
+        """This start of the member (:mod:`epto._incarnation`): the high bits of
+        every sequence number it gives, so that no later start reuses an id."""
         self.config = config
         # Signs this process's own events once, at broadcast (for example
         # ``epto.EventSigner(pid, key).signature``); relays forward signatures.
@@ -135,7 +140,7 @@ class Process:
         self._clock_step = config.max_clock_step
         self._skew_ticks = math.floor(config.max_clock_skew * config.clock_resolution)
         self._rejected: dict[str, int] = {}
-        self._next_seq = 0
+        self._next_seq = first_seq(incarnation)
         # nextBall of Algorithm 1, kept lazily: the balls received this round
         # (only those with a copy below TTL) and this round's own broadcasts;
         # merged, keeping the larger ttl per id, when the round runs.
@@ -195,6 +200,17 @@ class Process:
             raise LocalProtocolError(f"timestamp {ts!r} out of range")
         self._clock = max(self._clock, ts)
         self._clock_base = max(self._clock_base, ts)
+
+    def resume_after(self, ts: int) -> None:
+        """Deliver only events ordered after ``ts`` and broadcast after it: an
+        earlier incarnation of this member delivered the order up to ``ts``
+        (its delivery log's last timestamp, a restored state's cut).
+
+        Copies of what it delivered still circulate for TTL rounds after a
+        restart; without this the new incarnation would deliver them again,
+        and events older than its last delivery out of order."""
+        self.advance_clock(ts)
+        self._ordering.resume_after(ts)
 
     def receive(self, sender: ProcessId, ball: Ball, now: float) -> None:
         """Upon receive BALL: relay copies whose ttl is below TTL, keeping the

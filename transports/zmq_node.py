@@ -36,6 +36,7 @@ import zmq
 from epto import Delivery, EventId, LocalProtocolError, ProcessId
 from epto.endpoint import Address, EptoEndpoint, NodeConfig, Transmit, parse_host_port
 
+from ._identity import claim_member
 from ._lifecycle import SyncNodeLifecycle
 from ._loop import DeliveryBuffer, DeliveryOverflowError, DriverLoop, fresh_rng
 from ._statistics import TransportStatistics, epto_statistics, require_epto
@@ -66,11 +67,17 @@ class ZmqNode(SyncNodeLifecycle):
             "ZmqNode",
             "the token ring runs over TCP with trio (epto.transports.trio_node.open_node)",
         )
-        self.config = config
+        # The member's files first: a second live process with this id and
+        # data directory is refused before any socket is opened.
+        self.config, self._claim = claim_member(config)
         self._context = context or zmq.Context.instance()
         self._offset = time.time() - time.monotonic()
         self._cond = threading.Condition()
-        self._endpoint = EptoEndpoint(config, self._now(), rng=fresh_rng())
+        try:
+            self._endpoint = EptoEndpoint(self.config, self._now(), rng=fresh_rng())
+        except BaseException:
+            self._claim.release()
+            raise
         self._loop = DriverLoop(
             self._endpoint, DeliveryBuffer(config.delivery_buffer, config.overflow)
         )
@@ -129,6 +136,7 @@ class ZmqNode(SyncNodeLifecycle):
 
     def abort(self) -> None:
         """Stop at once (what a crash looks like to the group)."""
+        self._claim.release()
         with self._cond:
             if self._state == "closed" or self._state == "new":
                 self._state = "closed"
@@ -143,6 +151,18 @@ class ZmqNode(SyncNodeLifecycle):
             self._thread.join()
 
     # -- application API (thread-safe) -------------------------------------
+
+    def resume_after(self, ts: int) -> None:
+        """Deliver and broadcast only after ``ts``, what an earlier start of
+        this member delivered last (:meth:`epto.Process.resume_after`); call it
+        before :meth:`start`."""
+        with self._cond:
+            self._endpoint.resume_after(ts)
+
+    @property
+    def incarnation(self) -> int:
+        """This start of the member (docs/node.md, *Restart*)."""
+        return self._endpoint.incarnation
 
     def broadcast(self, payload: bytes) -> EventId:
         with self._cond:

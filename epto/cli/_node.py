@@ -236,6 +236,7 @@ def _config(args: argparse.Namespace) -> Any:
         tagged_delivery=args.tagged,
         seed=args.seed,
         flush_timeout=args.flush_timeout,
+        data_dir=args.log_dir,
     )
     config.protocol_config()  # the derived EpTO parameters: refuses a bad round interval
     return config
@@ -259,6 +260,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         out: TextIO = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
         sink = Sink(args, out)
+    except epto.MemberRunningError as exc:
+        raise SystemExit(f"epto node: {exc}") from None
     except OSError as exc:
         raise SystemExit(f"epto node: {os_error_line(exc)}") from None
     try:
@@ -269,6 +272,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             _run_zmq(args, config, sink)
             status = 0
+    except epto.MemberRunningError as exc:
+        raise SystemExit(f"epto node: {exc}") from None
     finally:
         sink.close()
         if out is not sys.stdout:
@@ -285,6 +290,7 @@ def run(args: argparse.Namespace) -> int:
 async def _run_trio(args: argparse.Namespace, config: Any, sink: Sink) -> int:
     import trio
 
+    from epto import SupersededError
     from epto.transports.trio_node import open_node
     from epto.transports.trio_tcp import MemberExcludedError, TokenRingNode
 
@@ -292,6 +298,10 @@ async def _run_trio(args: argparse.Namespace, config: Any, sink: Sink) -> int:
     excluded = False
     deadline = trio.current_time() + (args.duration if args.duration is not None else math.inf)
     async with open_node(config) as node, trio.open_nursery() as nursery:
+        if args.log_dir and not isinstance(node, TokenRingNode):
+            # A restart on its own log: the order resumes after what the
+            # member delivered before (docs/node.md, *Restart*).
+            node.resume_after(_logged_ts(args))
         print(f"ready {args.id} {node.address}", file=sys.stderr, flush=True)
         if args.status:
             nursery.start_soon(_write_status, node, args.status, args.status_interval)
@@ -335,6 +345,10 @@ async def _run_trio(args: argparse.Namespace, config: Any, sink: Sink) -> int:
                     sink.write(delivery)
                     if args.expect is not None and sink.count >= args.expect:
                         break
+            except SupersededError as exc:
+                # A later start of this member runs: it is the member now.
+                print(f"superseded {args.id}: {exc}", file=sys.stderr, flush=True)
+                excluded = True
             except MemberExcludedError as exc:
                 print(f"excluded {args.id}: {exc}", file=sys.stderr, flush=True)
                 excluded = True
@@ -344,6 +358,13 @@ async def _run_trio(args: argparse.Namespace, config: Any, sink: Sink) -> int:
             await trio.sleep(args.linger)
         nursery.cancel_scope.cancel()
     return EXIT_EXCLUDED if excluded else 0
+
+
+def _logged_ts(args: argparse.Namespace) -> int:
+    """The last timestamp this member's delivery log holds in the order."""
+    from epto.log import last_ordered_ts, node_directory
+
+    return last_ordered_ts(node_directory(args.log_dir, args.id))
 
 
 def _status(node: Any) -> dict[str, Any]:
@@ -394,7 +415,10 @@ def _run_zmq(args: argparse.Namespace, config: Any, sink: Sink) -> None:
     from epto.transports.zmq_node import ZmqNode
 
     stdin_done = threading.Event()
-    with ZmqNode(config) as node:
+    node = ZmqNode(config)
+    if args.log_dir:
+        node.resume_after(_logged_ts(args))
+    with node:
         print(f"ready {args.id} {node.address}", file=sys.stderr, flush=True)
         for text in args.broadcast:
             node.broadcast(text.encode())

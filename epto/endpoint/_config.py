@@ -18,6 +18,7 @@ from .._cyclon import CyclonConfig
 from .._defaults import DEFAULT_CLOCK, DEFAULT_ROUND_INTERVAL
 from .._errors import ConfigurationError, LocalProtocolError
 from .._event import ProcessId
+from .._incarnation import check_incarnation
 from .._limits import Limits
 from .._seal import GroupKey, GroupSealer
 from .._signing import EventSigner, SignatureVerifier
@@ -51,6 +52,14 @@ def _check_roster(_inst: object, _attr: object, value: Mapping[int, bytes] | Non
             raise ConfigurationError(
                 f"NodeConfig.roster: the public key of {pid} must be 32 bytes (Ed25519)"
             )
+
+
+def _check_incarnation(_inst: object, _attr: object, value: int | None) -> None:
+    if value is not None:
+        try:
+            check_incarnation(value)
+        except LocalProtocolError as exc:
+            raise ConfigurationError(f"NodeConfig.incarnation: {exc}") from None
 
 
 def _check_members(_inst: object, _attr: object, value: Mapping[int, Address]) -> None:
@@ -129,6 +138,21 @@ class NodeConfig:
     counted in ``statistics().rejected`` (``bad-signature``, ``unsigned``,
     ``unknown-source``, ``altered``, ``equivocation``). With ``signing_key``
     too, it must hold this node's own public key."""
+
+    incarnation: int | None = attrs.field(default=None, validator=_check_incarnation)
+    """This start of the member (docs/node.md, *Restart*): the number that
+    tells it from every earlier process that ran under ``pid``. None (the
+    default): the node draws it when it starts, one above the number kept in
+    ``data_dir`` and at least the wall clock's seconds since 2025; an int
+    fixes it (a test, or an application that keeps it elsewhere; it must grow
+    from one start to the next)."""
+    data_dir: str | None = None
+    """The member's own directory (the delivery log's root, a replica's data
+    directory): the node keeps its last incarnation there
+    (``member-<pid>.json``) and holds a lock on it while it runs
+    (``member-<pid>.lock``), so that a second live process with this id and
+    directory is refused (:class:`epto.MemberRunningError`). None: no files;
+    the incarnation comes from the wall clock alone."""
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in ("epto", "token-ring", "auto"):

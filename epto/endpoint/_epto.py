@@ -17,7 +17,16 @@ Rules:
   of a held id with another content is dropped (the held one wins) and
   counted as ``rejected["conflicting-copy"]``;
 * holes: a delivery whose sequence number skips some of its source's is
-  counted (``holes_detected``): events this node will never deliver in order;
+  counted (``holes_detected``): events this node will never deliver in order.
+  Sequence numbers are counted within one incarnation of the source
+  (:mod:`epto._incarnation`): a restarted source's first event skips nothing
+  of the start before it;
+* incarnation (``config.incarnation``, or drawn from ``now``, the wall clock,
+  when None): the high bits of every sequence number this node gives, so a
+  restarted member never reuses an event id; :meth:`EptoEndpoint.resume_after`
+  starts the order after what an earlier incarnation delivered. An event of
+  this node's own id from a later incarnation stops it (``stopped``): that
+  start is the member now;
 * flushed: this node's last event has been relayed TTL rounds, so leaving
   loses nothing of it.
 """
@@ -33,6 +42,7 @@ import attrs
 from .._cyclon import CyclonConfig
 from .._errors import LocalProtocolError, RemoteProtocolError
 from .._event import Delivery, EventId, ProcessId
+from .._incarnation import COUNT_MASK, incarnation_of, next_incarnation
 from .._node import Node
 from .._peer_messages import PeerDescriptor
 from .._signing import EventSigner, SignatureVerifier
@@ -80,6 +90,9 @@ class EptoEndpoint:
     def __init__(self, config: NodeConfig, now: float, *, rng: random.Random) -> None:
         self.config = config
         self.protocol = config.protocol_config()
+        self.incarnation = (
+            config.incarnation if config.incarnation is not None else next_incarnation(None, now)
+        )
         seed = config.seed if config.seed is not None else rng.getrandbits(64)
         signer = (
             EventSigner(config.pid, config.signing_key).signature
@@ -106,6 +119,7 @@ class EptoEndpoint:
                 seeds=seeds,
                 address=advertise,
                 signer=signer,
+                incarnation=self.incarnation,
             )
         else:
             self._node = Node(
@@ -116,6 +130,7 @@ class EptoEndpoint:
                 members=[config.pid, *self._addresses],
                 address=advertise,
                 signer=signer,
+                incarnation=self.incarnation,
             )
         self._held_event = self._node.process.held_event
         self._rejected: dict[str, int] = {}
@@ -124,14 +139,28 @@ class EptoEndpoint:
         self._holes = 0
         self._last_seq: dict[ProcessId, int] = {}
         self._last_broadcast_round = -1
+        self._superseded_by: int | None = None
 
     @property
     def pid(self) -> ProcessId:
         return self.config.pid
 
     @property
+    def superseded_by(self) -> int | None:
+        """The later incarnation of this member whose event reached this node
+        (it has stopped), or None."""
+        return self._superseded_by
+
+    @property
     def stopped(self) -> str | None:
-        return None  # an EpTO node is never put out of the group
+        # An EpTO node is never put out of the group; it stops only for a
+        # later start of itself.
+        if self._superseded_by is None:
+            return None
+        return (
+            f"member {self.config.pid} runs again elsewhere as incarnation "
+            f"{self._superseded_by} (this process is incarnation {self.incarnation})"
+        )
 
     # -- membership (full view) ---------------------------------------------
 
@@ -164,6 +193,11 @@ class EptoEndpoint:
     def advance_clock(self, ts: int) -> None:
         """:meth:`epto.Process.advance_clock` (a restored snapshot's cut)."""
         self._node.process.advance_clock(ts)
+
+    def resume_after(self, ts: int) -> None:
+        """:meth:`epto.Process.resume_after`: an earlier incarnation of this
+        member delivered the order up to ``ts`` (its log's last timestamp)."""
+        self._node.process.resume_after(ts)
 
     def receive(self, data: bytes, now: float, *, peer_host: str | None = None) -> bool:
         try:
@@ -240,11 +274,19 @@ class EptoEndpoint:
         delivery = self._node.next_delivery()
         if delivery is not None:
             event = delivery.event
+            seq = event.seq
             previous = self._last_seq.get(event.source)
-            if previous is not None and event.seq > previous + 1:
-                self._holes += event.seq - previous - 1
-            if previous is None or event.seq > previous:
-                self._last_seq[event.source] = event.seq
+            if previous is None or seq > previous:
+                if previous is not None and incarnation_of(seq) == incarnation_of(previous):
+                    self._holes += seq - previous - 1
+                elif previous is not None:
+                    # A later start of the source: the events of that start
+                    # before this one were skipped (the end of the earlier
+                    # start cannot be known).
+                    self._holes += seq & COUNT_MASK
+                self._last_seq[event.source] = seq
+            if event.source == self.config.pid and incarnation_of(seq) > self.incarnation:
+                self._superseded_by = incarnation_of(seq)
         return delivery
 
     def flushed(self) -> bool:

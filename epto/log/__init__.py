@@ -14,6 +14,7 @@ from ._reader import LogExtent as LogExtent
 from ._reader import LogGapError as LogGapError
 from ._reader import LogTailLostError as LogTailLostError
 from ._reader import iter_raw as iter_raw
+from ._reader import last_ordered_ts as last_ordered_ts
 from ._reader import list_nodes as list_nodes
 from ._reader import list_segments as list_segments
 from ._reader import log_bounds as log_bounds
@@ -40,6 +41,7 @@ __all__ = [
     "LogRecord",
     "SimulationLogger",
     "iter_raw",
+    "last_ordered_ts",
     "list_nodes",
     "list_segments",
     "log_bounds",

@@ -25,6 +25,7 @@ import attrs
 
 from ._manifest import read_manifest
 from ._segment import (
+    FLAG_OUT_OF_ORDER,
     HEADER_SIZE,
     LogCorruptError,
     LogRecord,
@@ -254,6 +255,30 @@ def log_extent(node_dir: str | os.PathLike[str]) -> LogExtent:
     if closed and pos < len(data):
         raise LogCorruptError(f"{last.path}: damaged record at byte {pos}")
     return LogExtent(first=first, end=end, durable_end=durable)
+
+
+def last_ordered_ts(node_dir: str | os.PathLike[str]) -> int:
+    """The largest timestamp of the events the log delivered in the total
+    order (not tagged ``OUT_OF_ORDER``; 0 when there is none): where a member
+    restarted on this log resumes the order (:meth:`epto.Process.resume_after`).
+    Reads from the last segment backwards until one holds such a record;
+    tolerates a lost tail (a crash before the last records reached the disk)."""
+    extent = log_extent(node_dir)
+    end = extent.end
+    for segment in reversed(list_segments(node_dir)):
+        start = max(segment.first_index, extent.first)
+        if start >= end:
+            continue
+        # (index, source, seq, ts, delivered, broadcast, flags, signature, payload)
+        ordered = [
+            raw[3]
+            for raw in iter_raw(node_dir, start, end, skip_missing=True)
+            if not raw[6] & FLAG_OUT_OF_ORDER
+        ]
+        if ordered:
+            return max(ordered)
+        end = start
+    return 0
 
 
 def log_bounds(node_dir: str | os.PathLike[str]) -> tuple[int, int]:

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from .._errors import ConfigurationError, LocalProtocolError
+from .._errors import ConfigurationError, LocalProtocolError, MemberRunningError
 from .._event import Delivery, DeliveryTag
 from ._manifest import ManifestWriter, fsync_dir, read_manifest
 from ._reader import LogTailLostError, list_segments, node_directory
@@ -91,7 +91,11 @@ class DeliveryLogWriter:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(self._lock_fd)
-            raise LocalProtocolError(f"{self.directory} is open in another writer") from None
+            # One writer per node's log: a second live process of this member.
+            raise MemberRunningError(
+                f"member {node} already runs in another process "
+                f"({self.directory} is open in another writer)"
+            ) from None
         self._fd = -1
         self._buffer: list[bytes] = []
         self._since_fsync = 0

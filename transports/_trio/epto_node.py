@@ -12,12 +12,14 @@ monotonic.
 from __future__ import annotations
 
 import time
+from typing import Self
 
 import trio
 
-from epto import ProcessId
+from epto import LocalProtocolError, ProcessId, SupersededError
 from epto.endpoint import Address, EptoEndpoint, NodeConfig
 
+from .._identity import MemberClaim, claim_member
 from .._loop import fresh_rng
 from .._statistics import TransportStatistics, epto_statistics, require_epto
 from .loop import TrioDriver
@@ -40,14 +42,41 @@ class TrioEptoNode(TrioDriver):
             overflow=config.overflow,
         )
         self.config = config
+        """The configuration; once started, with its incarnation fixed."""
         self._epto: EptoEndpoint | None = None
+        self._claim: MemberClaim | None = None
+
+    async def __aenter__(self) -> Self:
+        try:
+            return await super().__aenter__()
+        except BaseException:
+            self._release_claim()
+            raise
+
+    def abort(self) -> None:
+        super().abort()
+        self._release_claim()
+
+    def _release_claim(self) -> None:
+        claim, self._claim = self._claim, None
+        if claim is not None:
+            claim.release()
 
     def _clock_offset(self) -> float:
         return time.time() - trio.current_time()
 
     def _open_endpoint(self, now: float) -> EptoEndpoint:
+        # The member's files first: a second live process with this id and
+        # data directory is refused before any socket is opened.
+        self.config, self._claim = claim_member(self.config)
         self._epto = EptoEndpoint(self.config, now, rng=fresh_rng())
         return self._epto
+
+    def _stopped_error(self, reason: str) -> Exception:
+        epto = self._epto
+        if epto is not None and epto.superseded_by is not None:
+            return SupersededError(f"the node stopped: {reason}")
+        return LocalProtocolError(f"the node stopped: {reason}")
 
     def _require_epto(self) -> EptoEndpoint:
         self._require_loop()
@@ -68,6 +97,17 @@ class TrioEptoNode(TrioDriver):
     def advance_clock(self, ts: int) -> None:
         """Move the EpTO clock to at least ``ts`` (:meth:`epto.Process.advance_clock`)."""
         self._require_epto().advance_clock(ts)
+
+    def resume_after(self, ts: int) -> None:
+        """Deliver and broadcast only after ``ts``, what an earlier start of
+        this member delivered last (:meth:`epto.Process.resume_after`). Call it
+        right after entering the node, before the first round."""
+        self._require_epto().resume_after(ts)
+
+    @property
+    def incarnation(self) -> int:
+        """This start of the member (docs/node.md, *Restart*)."""
+        return self._require_epto().incarnation
 
     def statistics(self) -> TransportStatistics:
         return epto_statistics(self._require_epto(), self._require_loop())
