@@ -91,6 +91,8 @@ async def run(args: argparse.Namespace, root: Path) -> None:
         two = await stack.enter_async_context(_replica(args, root, second, {}))
         peers = {first: one.transfer_address, second: two.transfer_address}
         with trio.fail_after(args.timeout):
+            await one.wait_ready()
+            await two.wait_ready()
             async with _replica(args, root, third, peers) as three:
                 await three.wait_ready()
                 for i in range(5):
