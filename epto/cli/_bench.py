@@ -18,6 +18,7 @@ _TOPICS: tuple[str, ...] = (
     "optimistic",
     "rsm",
     "rsm_transfer",
+    "recovery",
 )
 
 
