@@ -28,7 +28,7 @@ from epto.rsm import JsonCodec
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "rsm.md"
 MARKER = "<!-- test: run -->"
-RUN_BLOCK = re.compile(re.escape(MARKER) + r"\n```python\n(.*?)\n```", re.S)
+RUN_BLOCK = re.compile(r"^" + re.escape(MARKER) + r"\n```python\n(.*?)\n```", re.S | re.M)
 LOOPBACK = re.compile(r"127\.0\.0\.1:(\d+)")
 TABLE_HEADING = "## `ReplicaConfig`: every field"
 ROW = re.compile(r"^\| `(\w+)` \| (.*?) \| `([^`]*)` \| (.+) \|$")
@@ -37,7 +37,8 @@ ROW = re.compile(r"^\| `(\w+)` \| (.*?) \| `([^`]*)` \| (.+) \|$")
 def _marked_blocks() -> list[str]:
     text = PAGE.read_text()
     blocks = RUN_BLOCK.findall(text)
-    assert len(blocks) == text.count(MARKER), "a marker not followed by a python block"
+    markers = [line for line in text.splitlines() if line == MARKER]
+    assert len(blocks) == len(markers), "a marker not followed by a python block"
     return blocks
 
 
