@@ -146,6 +146,66 @@ _STEPS: Final[dict[str, tuple[_Step, Any]]] = {
     "set": (_set_step, frozenset()),
 }
 
+_OVERWRITES: Final = {"register": frozenset({"write"}), "set": frozenset()}
+"""Per model, the operations whose new state does not depend on the old one."""
+
+
+class _Unread:
+    """The register's value when it was last set to a value that no read
+    returns and no cas expects: no operation tells such values apart, so they
+    are one state to the search."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<a value nothing reads>"
+
+
+UNREAD: Final = _Unread()
+
+
+def _abstract(model: str, ops: list[tuple[int, HistoryOp]]) -> list[tuple[int, HistoryOp, Any]]:
+    """One key's operations for the search: (index, operation, argument used).
+
+    Register: a value written that no completed read returns and no cas
+    expects becomes :data:`UNREAD` (one state instead of many). An
+    indeterminate operation that can only write such a value is left out when
+    no completed cas failed on this key: it could only make later reads fail,
+    and a failed cas is the one thing a value nobody reads can explain. Set:
+    an indeterminate add of an element that no completed read contains is
+    left out (it could only make later reads fail).
+    """
+    if model == "set":
+        seen = set()
+        for _, op in ops:
+            if op.op == "read":
+                seen.update(op.result)
+        return [
+            (i, op, op.arg)
+            for i, op in ops
+            if op.status == "ok" or op.op != "add" or op.arg in seen
+        ]
+    observed = set()
+    failed_cas = False
+    for _, op in ops:
+        if op.op == "read":
+            observed.add(op.result)
+        elif op.op == "cas":
+            observed.add(op.arg[0])
+            failed_cas = failed_cas or (op.status == "ok" and not op.result)
+    out: list[tuple[int, HistoryOp, Any]] = []
+    for i, op in ops:
+        arg = op.arg
+        if op.op == "write" and arg not in observed:
+            arg = UNREAD
+        elif op.op == "cas" and arg[1] not in observed:
+            arg = (arg[0], UNREAD)
+        writes_unread = arg is UNREAD or (op.op == "cas" and arg[1] is UNREAD)
+        if op.status == "info" and writes_unread and not failed_cas:
+            continue
+        out.append((i, op, arg))
+    return out
+
 
 def _describe(op: HistoryOp, index: int) -> str:
     if op.op == "read":
@@ -224,24 +284,33 @@ class _Outcome:
 
 
 def _check_key(
-    ops: list[tuple[int, HistoryOp]], step: _Step, initial: Any, max_states: int
+    ops: list[tuple[int, HistoryOp, Any]],
+    step: _Step,
+    initial: Any,
+    overwrites: frozenset[str],
+    max_states: int,
 ) -> _Outcome:
     """Lowe's just-in-time search with memoisation over one key's operations."""
     n = len(ops)
     if n == 0:
         return _Outcome(True, 0, "")
-    kinds = [op.op for _, op in ops]
-    args = [op.arg for _, op in ops]
-    results = [op.result for _, op in ops]
-    info = [op.status == "info" for _, op in ops]
+    kinds = [op.op for _, op, _ in ops]
+    args = [arg for _, _, arg in ops]
+    results = [op.result for _, op, _ in ops]
+    info = [op.status == "info" for _, op, _ in ops]
+    overwriting = [info[i] and kinds[i] in overwrites for i in range(n)]
+    runs = any(overwriting)
+    unread = [overwriting[i] and args[i] is UNREAD for i in range(n)]
     # Separate bit positions for completed and indeterminate operations: the
     # memo is keyed by (completed ones linearized, state) and holds the sets of
-    # indeterminate ones linearized with them, for the subsumption test.
+    # indeterminate ones linearized with them, for the subsumption test; bit 0
+    # of such a set says that the last operation linearized was indeterminate
+    # (see "runs" below).
     bit = [0] * n
     ok_count = info_count = 0
     for i in range(n):
         if info[i]:
-            bit[i] = 1 << info_count
+            bit[i] = 2 << info_count
             info_count += 1
         else:
             bit[i] = 1 << ok_count
@@ -250,7 +319,7 @@ def _check_key(
     # Entries: node 0 is the head sentinel; op i has its call node at 1 + 2i
     # and (when completed) its return node at 2 + 2i.
     timed: list[tuple[float, int, int]] = []
-    for i, (_, op) in enumerate(ops):
+    for i, (_, op, _) in enumerate(ops):
         timed.append((op.invoked, 0, 1 + 2 * i))
         if not info[i]:
             assert op.completed is not None
@@ -295,9 +364,32 @@ def _check_key(
     done = 0  # completed operations linearized (bits)
     extra = 0  # indeterminate operations linearized (bits)
     remaining = ok_count
-    stack: list[tuple[int, Any]] = []  # (operation, state before it)
+    # (operation, state and mark before it, unread_tried as it was after it)
+    stack: list[tuple[int, Any, int, bool]] = []
     stuck_rank = -1  # the latest return entry the search could not get past
     stuck_states: dict[Any, None] = {}
+    # The candidates at a configuration are the call entries before the first
+    # return entry: completed operations first (pass 1), indeterminate ones
+    # after (pass 2), so that leaving an indeterminate operation out is
+    # explored before putting it in, and the subsumption test prunes the
+    # configurations where putting it in changed nothing that matters.
+    #
+    # Runs: in a run of indeterminate operations linearized one after another
+    # (no completed operation between them), one that overwrites the state
+    # whatever it was (a register write) makes the ones before it in the run
+    # useless: leaving those out reaches the same state with fewer
+    # indeterminate operations used. So such an operation only starts a run.
+    # Whether the configuration is inside a run changes what may follow, so it
+    # is part of what the memo compares (bit 0 of the mark: outside a run, 0,
+    # subsumes inside one).
+    #
+    # Indeterminate writes of a value nothing reads (UNREAD) are all alike:
+    # once invoked, any one of them can stand for another. At a configuration
+    # only the first of them in the walk is tried.
+    info_left = info_count
+    second_pass = False
+    in_run = 0
+    unread_tried = False
     entry = nxt[0]
     while True:
         # While completed operations remain, their return entries are in the
@@ -306,30 +398,44 @@ def _check_key(
             return _Outcome(True, states, "")
         if entry & 1:  # a call entry
             i = entry >> 1
-            new = step(state, kinds[i], args[i], results[i], info[i])
-            if new is not _NO:
-                if info[i]:
-                    key, mark = (done, new), extra | bit[i]
-                else:
-                    key, mark = (done | bit[i], new), extra
-                known = seen.get(key)
-                if known is None or not any(old & ~mark == 0 for old in known):
-                    if states >= max_states:
-                        return _Outcome(None, states, "")
-                    states += 1
-                    if known is None:
-                        seen[key] = [mark]
+            if info[i] is second_pass and not (in_run and overwriting[i]):
+                if unread[i]:
+                    if unread_tried:
+                        entry = nxt[entry]
+                        continue
+                    unread_tried = True
+                new = step(state, kinds[i], args[i], results[i], second_pass)
+                if new is not _NO:
+                    if second_pass:
+                        key, mark = (done, new), extra | bit[i] | runs
                     else:
-                        known.append(mark)
-                    stack.append((i, state))
-                    state = new
-                    done, extra = key[0], mark
-                    if not info[i]:
-                        remaining -= 1
-                    lift(i)
-                    entry = nxt[0]
-                    continue
+                        key, mark = (done | bit[i], new), extra & ~1
+                    known = seen.get(key)
+                    if known is None or not any(old & ~mark == 0 for old in known):
+                        if states >= max_states:
+                            return _Outcome(None, states, "")
+                        states += 1
+                        if known is None:
+                            seen[key] = [mark]
+                        else:
+                            known.append(mark)
+                        stack.append((i, state, extra, unread_tried))
+                        state = new
+                        done, extra = key[0], mark
+                        in_run = extra & 1
+                        if second_pass:
+                            info_left -= 1
+                        else:
+                            remaining -= 1
+                        lift(i)
+                        second_pass = False
+                        entry = nxt[0]
+                        continue
             entry = nxt[entry]
+        elif not second_pass and info_left:
+            second_pass = True
+            unread_tried = False
+            entry = nxt[0]
         else:  # a return entry: its operation had to be linearized by now
             if rank[entry] > stuck_rank:
                 stuck_rank = rank[entry]
@@ -338,16 +444,18 @@ def _check_key(
                 stuck_states[state] = None
             if not stack:
                 break
-            i, state = stack.pop()
+            i, state, extra, unread_tried = stack.pop()
+            in_run = extra & 1
             unlift(i)
-            if info[i]:
-                extra &= ~bit[i]
+            second_pass = info[i]
+            if second_pass:
+                info_left += 1
             else:
                 done &= ~bit[i]
                 remaining += 1
             entry = nxt[1 + 2 * i]
 
-    index, op = ops[timed[stuck_rank][2] // 2 - 1]  # return node 2 + 2i closes operation i
+    index, op, _ = ops[timed[stuck_rank][2] // 2 - 1]  # return node 2 + 2i closes operation i
     shown = ", ".join(_show_state(s) for s in stuck_states)
     more = " (and others)" if len(stuck_states) >= STATE_SAMPLE else ""
     return _Outcome(
@@ -393,7 +501,8 @@ def check_linearizable(
     failed: list[tuple[str, str]] = []
     undecided: list[str] = []
     for key in sorted(by_key):
-        outcome = _check_key(by_key[key], step, initial, max_states)
+        reduced = _abstract(model, by_key[key])
+        outcome = _check_key(reduced, step, initial, _OVERWRITES[model], max_states)
         states += outcome.states
         if outcome.ok is False:
             failed.append((key, outcome.failure))

@@ -177,10 +177,15 @@ def test_keys_are_independent_and_the_failing_key_is_named() -> None:
 
 
 def test_failure_names_the_operation_and_the_states_before_it() -> None:
-    v = verdict([w(1, 0, 1), w(2, 0, 1, client=1), r(3, 2, 3, client=2)])
+    # (The two reads at the end are after the failure; they make 1 and 2 values read.)
+    history = [w(1, 0, 1), w(2, 0, 1, client=1), r(3, 2, 3, client=2), r(2, 4, 5), r(1, 4, 5)]
+    v = verdict(history)
     assert v.ok is False
     assert "client 2" in v.failure and "read -> 3" in v.failure and "#2" in v.failure
     assert "1, 2" in v.failure or "2, 1" in v.failure  # both writes may have been last
+    # Values nothing reads are one state to the search, and named as such.
+    v = verdict(history[:3])
+    assert v.ok is False and "states reachable just before it: <a value nothing reads>" in v.failure
 
 
 # -- grow-only set -------------------------------------------------------------
