@@ -19,6 +19,7 @@ _TOPICS: tuple[str, ...] = (
     "rsm",
     "rsm_transfer",
     "recovery",
+    "faults",
 )
 
 
