@@ -112,7 +112,9 @@ def token_ring_node_config(config: NodeConfig) -> TokenRingNodeConfig:
     UDP datagram) becomes the token ring's stream limits (1 MiB frames, since
     token states and catch-ups grow with the unstable messages); any other
     value is used as it is. ``signing_key`` and ``roster`` sign and verify
-    the token ring's events as they do EpTO's. EpTO's parameters (``epto``, ``round_interval``,
+    the token ring's events as they do EpTO's. ``incarnation`` and
+    ``data_dir`` make a member started again under its id come back as that
+    member (docs/token-ring.md, *Restart*). EpTO's parameters (``epto``, ``round_interval``,
     ``clock``, ``tagged_delivery``, ``group_size``) do not apply.
     """
     members: dict[ProcessId, Address] = dict(config.members)
@@ -132,6 +134,8 @@ def token_ring_node_config(config: NodeConfig) -> TokenRingNodeConfig:
         delivery_buffer=config.delivery_buffer,
         overflow=config.overflow,
         flush_timeout=config.flush_timeout,
+        incarnation=config.incarnation,
+        data_dir=config.data_dir,
     )
     # Set together: the window budgets are checked against the limits.
     limits = result.limits if config.limits == Limits() else config.limits

@@ -47,15 +47,16 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, Self, TypeVar
 
 import attrs
 import trio
 
-from epto import ConfigurationError, ProcessId
+from epto import ConfigurationError, ProcessId, SupersededError
 from epto.endpoint import (
     Address,
     EndpointStatistics,
+    NodeConfig,
     StreamEndpoint,
     TokenRingEndpoint,
     Transmit,
@@ -64,6 +65,7 @@ from epto.endpoint import (
 )
 from epto.tokenring import TokenRingProcess
 
+from ._identity import MemberClaim, claim_member
 from ._trio.loop import TrioDriver
 from ._trio.tcp_config import TcpNodeConfig, TcpNodeStatistics
 from ._trio.tcp_inbound import Inbound, InboundGate
@@ -240,10 +242,37 @@ class TokenRingNode(TcpNode[TokenRingEndpoint]):
 
     def __init__(self, config: TokenRingNodeConfig) -> None:
         self.config = config
+        """The configuration; once started, with its incarnation fixed."""
+        self._claim: MemberClaim | None = None
         super().__init__(config.tcp(), self._open_ring)
 
+    async def __aenter__(self) -> Self:
+        try:
+            return await super().__aenter__()
+        except BaseException:
+            self._release_claim()
+            raise
+
+    def abort(self) -> None:
+        super().abort()
+        self._release_claim()
+
+    def _release_claim(self) -> None:
+        claim, self._claim = self._claim, None
+        if claim is not None:
+            claim.release()
+
     def _open_ring(self, now: float) -> TokenRingEndpoint:
-        cfg = self.config
+        # The member's files first: a second live process with this id and
+        # data directory is refused before any socket is opened.
+        identity, self._claim = claim_member(
+            NodeConfig(
+                pid=self.config.pid,
+                incarnation=self.config.incarnation,
+                data_dir=self.config.data_dir,
+            )
+        )
+        self.config = cfg = attrs.evolve(self.config, incarnation=identity.incarnation)
         return TokenRingEndpoint(
             cfg.pid,
             cfg.tokenring,
@@ -257,12 +286,19 @@ class TokenRingNode(TcpNode[TokenRingEndpoint]):
             signing_key=cfg.signing_key,
             roster=cfg.roster,
             rng=random.Random(cfg.seed),
+            incarnation=identity.incarnation or 0,
         )
 
     def _stopped_error(self, reason: str) -> Exception:
+        stream = self._stream
+        if stream is not None and stream.process.superseded:
+            return SupersededError(
+                f"member {self.config.pid} runs again in a later incarnation, which the "
+                f"group admitted in place of this one (incarnation {self.config.incarnation})"
+            )
         return MemberExcludedError(
-            f"member {self.config.pid} left the group's view for good "
-            f"({reason}); rejoin with a new process id through contacts",
+            f"member {self.config.pid} left the group's view for good ({reason}); "
+            "start it again (the same id, a new process) to rejoin",
             reason=reason,
         )
 
@@ -271,6 +307,11 @@ class TokenRingNode(TcpNode[TokenRingEndpoint]):
     @property
     def pid(self) -> ProcessId:
         return self.config.pid
+
+    @property
+    def incarnation(self) -> int:
+        """This start of the member (once started)."""
+        return self._require_endpoint().process.incarnation
 
     @property
     def excluded(self) -> bool:
@@ -301,5 +342,7 @@ class TokenRingNode(TcpNode[TokenRingEndpoint]):
             core=s.core,
             members=s.members,
             holds_token=e.holds_token,
+            quorum=s.quorum,
+            incarnation=s.incarnation,
             **attrs.asdict(self._tcp_statistics(e), recurse=False),
         )

@@ -302,6 +302,10 @@ async def _run_trio(args: argparse.Namespace, config: Any, sink: Sink) -> int:
             # A restart on its own log: the order resumes after what the
             # member delivered before (docs/node.md, *Restart*).
             node.resume_after(_logged_ts(args))
+        # Token ring restarted on its own log: the group admits this start
+        # back (a later incarnation) and it delivers from its entry on; any
+        # position the log already holds is not written twice.
+        ring_logged = _ring_logged(args) if isinstance(node, TokenRingNode) else -1
         print(f"ready {args.id} {node.address}", file=sys.stderr, flush=True)
         if args.status:
             nursery.start_soon(_write_status, node, args.status, args.status_interval)
@@ -342,6 +346,8 @@ async def _run_trio(args: argparse.Namespace, config: Any, sink: Sink) -> int:
         with trio.move_on_at(deadline):
             try:
                 async for delivery in node:
+                    if delivery.event.ts <= ring_logged:
+                        continue
                     sink.write(delivery)
                     if args.expect is not None and sink.count >= args.expect:
                         break
@@ -358,6 +364,20 @@ async def _run_trio(args: argparse.Namespace, config: Any, sink: Sink) -> int:
             await trio.sleep(args.linger)
         nursery.cancel_scope.cancel()
     return EXIT_EXCLUDED if excluded else 0
+
+
+def _ring_logged(args: argparse.Namespace) -> int:
+    """The last position of the total order this token-ring member's log
+    holds (-1 without a log, or with an empty one)."""
+    if not args.log_dir:
+        return -1
+    from epto.log import log_extent, node_directory
+
+    directory = node_directory(args.log_dir, args.id)
+    if not os.path.isdir(directory):
+        return -1
+    extent = log_extent(directory)
+    return _logged_ts(args) if extent.end > extent.first else -1
 
 
 def _logged_ts(args: argparse.Namespace) -> int:

@@ -60,6 +60,8 @@ class TokenRingEndpointStatistics:
     rejected: Mapping[str, int]
     encode_failures: int
     holds_token: bool
+    quorum: bool = False
+    """The process's :meth:`~epto.tokenring.TokenRingProcess.quorum`."""
 
 
 class TokenRingEndpoint:
@@ -70,6 +72,9 @@ class TokenRingEndpoint:
     current members) and learns the others' addresses from them. ``now`` is
     the process's clock; ``wall`` is wall-clock seconds, which start the
     sealer's nonce counter above anything an earlier run used.
+    ``incarnation`` is this start of the member
+    (:class:`~epto.tokenring.TokenRingProcess`): a member started again
+    under its id with a higher one is admitted back in place of the earlier.
     """
 
     def __init__(
@@ -87,6 +92,7 @@ class TokenRingEndpoint:
         signing_key: bytes | None = None,
         roster: Mapping[ProcessId, bytes] | None = None,
         rng: random.Random,
+        incarnation: int = 0,
     ) -> None:
         self._pid = pid
         self.limits = limits
@@ -107,6 +113,7 @@ class TokenRingEndpoint:
         if roster is not None and ring.allowed_joiners is None:
             ring = attrs.evolve(ring, allowed_joiners=frozenset(roster))
         hooks: dict[str, Any] = {}
+        hooks["incarnation"] = incarnation
         if signing_key is not None:
             hooks["signer"] = EventSigner(pid, signing_key).signature
         if roster is not None:
@@ -268,6 +275,7 @@ class TokenRingEndpoint:
             rejected=self._framing.rejected(self._process.rejected),
             encode_failures=self._framing.encode_failures,
             holds_token=self._process.holds_token(),
+            quorum=s.quorum,
         )
 
 

@@ -19,7 +19,9 @@ walk, allocate or count beyond what the bytes it received justify:
   ``DataBatch`` are the sender's own (``bad-source``); others' events travel
   only in catch-ups and consensus messages;
 * **numbers stay far from the end of their range**: instances, hops, ballot
-  rounds and sequence numbers above :data:`MAX_CLAIM` (2**48) are refused as
+  rounds and positions above :data:`MAX_CLAIM` (2**48), a token's
+  per-source event counters above :data:`MAX_EVENT_SEQ` (2**63) and
+  incarnations above ``MAX_INCARNATION`` (2**31 - 1) are refused as
   ``out-of-range``: an honest group does not reach them in centuries, and
   ``+ 1`` on any accepted value can never overflow the wire's 64 bits;
 * **token states are consistent** (``bad-state``): ``low <= stable <=
@@ -37,6 +39,7 @@ do is in docs/security.md: the protocol tolerates crashes, not lies.
 from __future__ import annotations
 
 from .._event import ProcessId
+from .._incarnation import MAX_INCARNATION
 from ._config import TokenRingConfig
 from ._messages import (
     Accept,
@@ -63,6 +66,11 @@ from ._messages import (
 
 MAX_CLAIM = 1 << 48
 """Largest instance, hop, ballot round or sequence number accepted from a peer."""
+
+MAX_EVENT_SEQ = 1 << 63
+"""Largest event ``seq`` accepted in a token's per-source counters: an
+event's ``seq`` holds its source's incarnation in its high bits
+(:func:`epto._incarnation.first_seq`), so it is far above positions."""
 
 MAX_JOINERS = 16
 """Identities waiting to join that a member remembers at once."""
@@ -123,7 +131,9 @@ def refusal(
     if isinstance(message, Heartbeat):
         if max(message.instance, message.delivered, message.sent, message.received) > MAX_CLAIM:
             return "out-of-range"
-        return None
+        return "out-of-range" if message.incarnation > MAX_INCARNATION else None
+    if isinstance(message, Join):
+        return "out-of-range" if message.incarnation > MAX_INCARNATION else None
     if isinstance(message, Fetch):
         return "out-of-range" if max(message.start, message.end) > MAX_CLAIM else None
     if isinstance(message, Latencies | Delays):
@@ -163,6 +173,8 @@ def _config(cfg: TokenRingConfig, config: RingConfig) -> str | None:
         return "out-of-range"
     if any(seq > MAX_CLAIM for _, seq, _ in config.starts):
         return "out-of-range"
+    if any(inc > MAX_INCARNATION for _, inc in config.incarnations):
+        return "out-of-range"
     return _state(cfg, config.state)
 
 
@@ -180,6 +192,6 @@ def _state(cfg: TokenRingConfig, state: TokenState, *, windowless: bool = False)
         at = batch.end
     if at != state.next_seq and not (windowless and not state.batches):
         return "bad-state"
-    if any(seq > MAX_CLAIM for _, seq in state.sources):
+    if any(seq > MAX_EVENT_SEQ for _, seq in state.sources):
         return "out-of-range"
     return None

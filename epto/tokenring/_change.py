@@ -129,6 +129,7 @@ class ViewChange:
             joiners=self._joins.recent(now),
             token_lost=self._tokens.wants_change(now),
             low=self._tokens.snap.low,
+            restarted=s.newer,
         )
 
     def drive(self, now: float) -> None:
@@ -219,8 +220,10 @@ class ViewChange:
         full = self._proposal_full
         config = s.config
 
+        incarnations = {**s.incarnations, **self._joins.incarnations, **s.newer}
+
         def build(promises: dict[ProcessId, Promise]) -> RingConfig:
-            return build_config(config, s.pid, promises, wanted, full, cfg)
+            return build_config(config, s.pid, promises, wanted, full, cfg, incarnations)
 
         value = proposer.choose(build)
         accept = Accept(instance=proposer.instance, ballot=proposer.ballot, value=value)
@@ -312,11 +315,41 @@ class ViewChange:
         s = self._s
         if config.instance <= s.config.instance:
             return
+        listed = config.incarnation_of(s.pid)
+        if listed is not None and listed > s.incarnation:
+            self._leave(Input.SUPERSEDED)
+            return
         event = install_input(config, s.pid)
+        if listed is not None and listed < s.incarnation:
+            # An earlier incarnation of this member is the member there.
+            event = Input.INSTALL_NOT_MEMBER
         was_joining = s.role is Role.JOINING
         if was_joining and event is Input.INSTALL_NOT_MEMBER:
             self._joins.learn_view(config)
             return
+        start = next((st for st in config.starts if st[0] == s.pid), None)
+        if not was_joining:
+            if listed is not None and listed < s.incarnation:
+                # A later start of the member than the one in the view.
+                self._restart(config, now)
+                return
+            if (
+                event is Input.INSTALL_NOT_MEMBER
+                and listed is None
+                and s.fresh
+                and s.book.next_deliver == 0
+            ):
+                # Left out, not listed among the members that left (an earlier
+                # incarnation left long ago, or the others never heard this
+                # one): it holds nothing of the group's, so it joins. A process
+                # of the listed incarnation that took part and was left out
+                # stays out (its delivered sequence would have a hole).
+                self._restart(config, now)
+                return
+            if s.fresh and start is not None:
+                # A start of its own: this incarnation entered the view by a
+                # full change (a bootstrap member restarted under its id).
+                was_joining = True
         role = transition(s.role, event)
         if role is Role.EXCLUDED:
             self._leave(event)
@@ -324,13 +357,18 @@ class ViewChange:
         old = s.config
         book = s.book
         if was_joining:
-            start = next((st for st in config.starts if st[0] == s.pid), None)
             if start is not None:
                 book.skip_to(start[1], start[2])
             else:
                 book.skip_to(config.state.low, config.state.low_digest)
         s.config = config
         s.role = role
+        s.fresh = False
+        changed = s.adopt_incarnations(config)
+        for pid in changed:
+            # Another incarnation is the member now: its links start afresh.
+            s.fd.forget(pid)
+            self._out.reset_links(pid)
         try:
             book.adopt(config.state, config.events)
         except seqr.Divergence:
@@ -348,10 +386,30 @@ class ViewChange:
         self._out.track(config.members)
         self._joins.admitted(config.members)
         if config.full:
-            new = [m for m in config.members if m not in old.members and m != s.pid]
+            new = [
+                m
+                for m in config.members
+                if m != s.pid and (was_joining or m not in old.members or m in changed)
+            ]
             for own in self._data.own_events():
                 if not config.state.already_sequenced(own.id):
                     for m in new:
                         self._out.send(m, Data(event=own))
         if config.core[0] == s.pid:
             self._tokens.offer(s.pid, config.state, now)
+
+    def _restart(self, config: RingConfig, now: float) -> None:
+        """This process started as a bootstrap member and, before installing
+        any decision, heard of ``config``: a view of the group beyond its
+        bootstrap view without this incarnation (the member restarted under
+        its id, or started after the others gave up on it). It holds nothing
+        of the group's state: it joins as a newcomer would."""
+        s = self._s
+        s.role = transition(s.role, Input.RESTARTED)
+        s.config = attrs.evolve(s.config, instance=-1, members=(), core=())
+        self._tokens.stop()
+        self._out.track(())
+        self._acceptor = Acceptor(-1)
+        self._proposer = None
+        self._want_since = None
+        self._joins.restart(config, now)

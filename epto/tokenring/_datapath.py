@@ -4,7 +4,8 @@ in catch-ups.
 
 Rules:
 
-* Own broadcasts are numbered ``0, 1, 2, ...`` (``seq``), signed when the
+* Own broadcasts are numbered ``first_seq(incarnation)``, then one up
+  (``seq``; ``0, 1, 2, ...`` in incarnation 0), signed when the
   group signs, kept in ``own`` until delivered here, and sent to every member
   (through the outbox's buffer). Own messages not sequenced are sent again
   only when the token's counter of our messages has not moved for
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from .._event import Delivery, DeliveryTag, Event, EventId, ProcessId
+from .._incarnation import first_seq
 from . import _sequencer as seqr
 from ._fetch import Fetcher
 from ._membership import Input, Role
@@ -89,7 +91,7 @@ class DataPath:
         self._deliveries = deliveries
         """Filled here, emptied by the process's outputs."""
         self._signer = signer
-        self._next_seq = 0
+        self._next_seq = first_seq(shared.incarnation)
         self._own: dict[int, tuple[Event, float]] = {}
         """Own broadcasts not delivered here yet (seq -> event, when last sent)."""
         self._own_progress = (0, now)

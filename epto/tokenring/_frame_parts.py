@@ -261,6 +261,10 @@ def put_ring(out: Out, c: RingConfig, limits: Limits) -> None:
         out.u64(member)
         out.u64(seq)
         out.u64(digest)
+    out.count(len(c.incarnations), MAX_MEMBERS, "incarnations")
+    for member, incarnation in c.incarnations:
+        out.u64(member)
+        out.u32(incarnation)
 
 
 def _seconds(value: float) -> float:
@@ -319,6 +323,8 @@ def get_ring(r: Reader, limits: Limits) -> RingConfig:
     events = get_seq_events(r, limits)
     n = r.count(4, MAX_MEMBERS, 24, "starts")
     starts = tuple((r.u64(), r.u64(), r.u64()) for _ in range(n))
+    n = r.count(4, MAX_MEMBERS, 12, "incarnations")
+    incarnations = tuple((r.u64(), r.u32()) for _ in range(n))
     return RingConfig(
         instance=instance,
         view=view,
@@ -328,6 +334,7 @@ def get_ring(r: Reader, limits: Limits) -> RingConfig:
         events=events,
         full=full,
         starts=starts,
+        incarnations=incarnations,
     )
 
 

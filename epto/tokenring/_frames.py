@@ -71,6 +71,7 @@ def _heartbeat(out: fp.Out, m: Heartbeat, _lim: Limits) -> None:
     out.pack(fp.EID, m.sent, m.base)
     out.u64(m.received)
     out.u8(1 if m.missing else 0)
+    out.u32(m.incarnation)
 
 
 def _get_heartbeat(r: Reader, _lim: Limits) -> Heartbeat:
@@ -82,6 +83,7 @@ def _get_heartbeat(r: Reader, _lim: Limits) -> Heartbeat:
         base=base,
         received=received,
         missing=fp.get_flag(r),
+        incarnation=r.u32(),
     )
 
 
@@ -181,7 +183,13 @@ _KINDS: tuple[tuple[int, str, type[Any], Put, Get], ...] = (
         lambda r, lim: Fetch(start=r.u64(), end=r.u64(), ids=fp.get_ids(r, lim)),
     ),
     (22, "tr-catchup", Catchup, _catchup, _get_catchup),
-    (23, "tr-join", Join, _empty, lambda r, lim: Join()),
+    (
+        23,
+        "tr-join",
+        Join,
+        lambda out, m, lim: out.u32(m.incarnation),
+        lambda r, lim: Join(incarnation=r.u32()),
+    ),
     (24, "tr-config-request", ConfigRequest, _empty, lambda r, lim: ConfigRequest()),
     (
         25,

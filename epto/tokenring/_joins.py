@@ -12,6 +12,11 @@ Rules:
   configuration lists them), answers each one, rate-limited, with the
   current view, and forgets a joiner once it is a member.
 * A member answers a ``ConfigRequest`` with the current view.
+* Every ``Join`` carries the joiner's incarnation; a member keeps the latest
+  one per joiner (``incarnations``) for the change that admits it. A
+  ``Join`` from a member of the view in a later incarnation than the one in
+  the view (a member restarted under its id) is noted in ``Shared.newer``
+  by the process's checks, and answered like a newcomer's.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ class Joins:
         "_s",
         "_view_hint",
         "contacts",
+        "incarnations",
     )
 
     def __init__(
@@ -45,6 +51,8 @@ class Joins:
         self._s = shared
         self._out = out
         self._joiners: dict[ProcessId, float] = {}
+        self.incarnations: dict[ProcessId, int] = {}
+        """The latest incarnation each remembered joiner asked in."""
         self.contacts = tuple(contacts)
         """Whom a joining process asks (read by the message checks)."""
         self._initial_contacts = self.contacts
@@ -59,7 +67,7 @@ class Joins:
     def tick(self, now: float) -> None:
         if now >= self._join_at:
             for contact in self.contacts:
-                self._out.send(contact, Join())
+                self._out.send(contact, self._join())
             self._join_at = now + self._s.cfg.change_timeout
 
     def learn_view(self, config: RingConfig) -> None:
@@ -69,15 +77,35 @@ class Joins:
             return
         self._view_hint = config.instance
         known = set(self.contacts)
-        self.contacts = tuple(dict.fromkeys((*self._initial_contacts, *config.members)))
+        me = self._s.pid
+        self.contacts = tuple(
+            p for p in dict.fromkeys((*self._initial_contacts, *config.members)) if p != me
+        )
         for member in config.members:
             if member not in known and member != self._s.pid:
-                self._out.send(member, Join())
+                self._out.send(member, self._join())
+
+    def _join(self) -> Join:
+        return Join(incarnation=self._s.incarnation)
+
+    def restart(self, config: RingConfig, now: float) -> None:
+        """A (re)started process found ``config`` beyond its bootstrap view
+        without it (or with an earlier incarnation of it): ask its members
+        to let this incarnation in."""
+        self._initial_contacts = ()
+        self._view_hint = -1
+        self.contacts = ()
+        self.learn_view(config)
+        self._join_at = now + self._s.cfg.change_timeout
 
     # -- member side ----------------------------------------------------------
 
     def on_join(self, sender: ProcessId, msg: Join, now: float) -> None:
         s = self._s
+        if sender in s.newer and s.role in (Role.CORE, Role.EXTERNAL):
+            # A member restarted under its id: the next full change replaces it.
+            self._out.rate_limited(sender, Decided(config=s.config), now)
+            return
         if s.role in (Role.CORE, Role.EXTERNAL) and sender not in s.config.members:
             allowed = s.cfg.allowed_joiners
             if allowed is not None and sender not in allowed:
@@ -88,10 +116,12 @@ class Joins:
                 horizon = now - 4 * s.cfg.change_timeout
                 for old in [j for j, t in joiners.items() if t < horizon]:
                     del joiners[old]
+                    self.incarnations.pop(old, None)
                 if len(joiners) >= MAX_JOINERS:
                     s.reject("too-many-joiners")
                     return
             joiners[sender] = now
+            self.incarnations[sender] = msg.incarnation
             # Tell the newcomer who the members are: it then asks every one of
             # them, the coordinator included, instead of waiting for a contact
             # far down the view order to time out into proposing.
@@ -111,3 +141,5 @@ class Joins:
         """``members`` are in the view now: forget them as joiners."""
         for m in members:
             self._joiners.pop(m, None)
+            self.incarnations.pop(m, None)
+        self.incarnations = {j: i for j, i in self.incarnations.items() if j in self._joiners}

@@ -125,7 +125,15 @@ class LinkSessions:
         if link.expected < link.received:
             return  # a duplicate of a message sent again
 
-    def heartbeat(self, dest: ProcessId, instance: int, delivered: int) -> Heartbeat:
+    def reset(self, pid: ProcessId) -> None:
+        """Forget both directions' counters with ``pid`` (a member restarted
+        under its id: the new incarnation counts from 0)."""
+        self._out.pop(pid, None)
+        self._in.pop(pid, None)
+
+    def heartbeat(
+        self, dest: ProcessId, instance: int, delivered: int, incarnation: int = 0
+    ) -> Heartbeat:
         """The heartbeat for ``dest``, carrying both directions' counters."""
         out = self._out.get(dest)
         inc = self._in.get(dest)
@@ -136,6 +144,7 @@ class LinkSessions:
             base=0 if out is None else out.base,
             received=0 if inc is None else inc.received,
             missing=inc is not None and inc.received < inc.expected,
+            incarnation=incarnation,
         )
 
     def on_heartbeat(

@@ -35,8 +35,9 @@ class Role(enum.Enum):
     """In the view but not in the token list: receives and sends every
     broadcast, learns the order from notices, fetches what it missed."""
     EXCLUDED = "excluded"
-    """Out of the view for good (program-controlled crash): the application
-    must start a new process with a new identity to rejoin."""
+    """Out of the view for good (program-controlled crash), or superseded by
+    a later incarnation of the member. A process started again under the
+    same id is a new incarnation and joins back by itself."""
 
 
 class Input(enum.Enum):
@@ -45,6 +46,8 @@ class Input(enum.Enum):
     INSTALL_NOT_MEMBER = "install: not in the view"
     DIVERGED = "delivered prefix diverges"
     TOO_FAR_BEHIND = "missed messages no longer kept"
+    SUPERSEDED = "superseded: a later incarnation is in the view"
+    RESTARTED = "restarted: the view is past the bootstrap one"
 
 
 TRANSITIONS: dict[tuple[Role, Input], Role] = {
@@ -61,6 +64,10 @@ TRANSITIONS: dict[tuple[Role, Input], Role] = {
     (Role.EXTERNAL, Input.INSTALL_NOT_MEMBER): Role.EXCLUDED,
     (Role.EXTERNAL, Input.DIVERGED): Role.EXCLUDED,
     (Role.EXTERNAL, Input.TOO_FAR_BEHIND): Role.EXCLUDED,
+    (Role.JOINING, Input.SUPERSEDED): Role.EXCLUDED,
+    (Role.CORE, Input.RESTARTED): Role.JOINING,
+    (Role.CORE, Input.SUPERSEDED): Role.EXCLUDED,
+    (Role.EXTERNAL, Input.SUPERSEDED): Role.EXCLUDED,
 }
 
 
@@ -96,6 +103,8 @@ class FailureDetector:
     def __init__(self) -> None:
         self._last: dict[ProcessId, float] = {}
         self._since: dict[ProcessId, float] = {}
+        self._heard: dict[ProcessId, float] = {}
+        """When each process was last really heard (``grace`` does not count)."""
         self.reported_instance: dict[ProcessId, int] = {}
         self.reported_delivered: dict[ProcessId, int] = {}
         """Delivery watermarks the members' heartbeats reported."""
@@ -105,6 +114,18 @@ class FailureDetector:
         if last is None or now - last > gap:
             self._since[pid] = now
         self._last[pid] = now
+        self._heard[pid] = now
+
+    def forget(self, pid: ProcessId) -> None:
+        """``pid``'s incarnation changed: what was heard of it was the old one."""
+        self._last.pop(pid, None)
+        self._since.pop(pid, None)
+        self._heard.pop(pid, None)
+
+    def heard_within(self, pid: ProcessId, now: float, gap: float) -> bool:
+        """Whether ``pid`` was really heard less than ``gap`` before ``now``."""
+        heard = self._heard.get(pid)
+        return heard is not None and now - heard <= gap
 
     def reported(self, pid: ProcessId, instance: int, delivered: int) -> None:
         """``pid``'s heartbeat said it is in configuration ``instance`` and
@@ -137,13 +158,23 @@ class Wanted:
     exclude: frozenset[ProcessId]
     joiners: frozenset[ProcessId]
     token_lost: bool
+    replace: frozenset[ProcessId] = frozenset()
+    """Members whose later incarnation asks in: the full change puts it in
+    the view in place of the earlier one, as an external member."""
 
     @property
     def full(self) -> bool:
-        return bool(self.exclude or self.joiners)
+        return bool(self.exclude or self.joiners or self.replace)
 
     def __bool__(self) -> bool:
-        return bool(self.demote or self.promote or self.exclude or self.joiners or self.token_lost)
+        return bool(
+            self.demote
+            or self.promote
+            or self.exclude
+            or self.joiners
+            or self.token_lost
+            or self.replace
+        )
 
 
 def wanted_change(
@@ -156,22 +187,28 @@ def wanted_change(
     joiners: Iterable[ProcessId],
     token_lost: bool,
     low: int = 0,
+    restarted: Iterable[ProcessId] = (),
 ) -> Wanted:
     """The change ``me`` would propose: demote silent core members, exclude
     members silent past ``exclude_timeout``, admit joiners, and promote
     external members heard long enough that have delivered up to ``low`` (the
     token's low as ``me`` knows it): a member promoted while far behind would
-    hold the token until it caught up."""
-    others = [p for p in config.members if p != me]
+    hold the token until it caught up; and replace the members ``restarted``
+    under their id by their later incarnation."""
+    replace = frozenset(p for p in restarted if p in config.members and p != me)
+    others = [p for p in config.members if p != me and p not in replace]
     exclude = frozenset(p for p in others if fd.silent_for(p, now) > cfg.exclude_timeout)
     demote = frozenset(
-        p for p in config.core if p != me and fd.silent_for(p, now) > cfg.suspect_timeout
+        p
+        for p in config.core
+        if p != me and p not in replace and fd.silent_for(p, now) > cfg.suspect_timeout
     )
     promote = frozenset(
         p
         for p in config.external
         if p != me
         and p not in exclude
+        and p not in replace
         and fd.reported_instance.get(p) == config.instance
         and fd.reported_delivered.get(p, -1) >= low
         and fd.alive_for(p, now, cfg.suspect_timeout) >= cfg.readmit_after
@@ -190,4 +227,5 @@ def wanted_change(
         exclude=exclude,
         joiners=admit,
         token_lost=token_lost,
+        replace=replace,
     )

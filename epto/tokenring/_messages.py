@@ -85,6 +85,18 @@ class RingConfig:
     """``(member, seq, digest)`` for members that joined by a view change: they
     deliver from ``seq`` on, and the digest of the order before ``seq`` is
     ``digest``. Bootstrap members start at 0."""
+    incarnations: tuple[tuple[ProcessId, int], ...] = ()
+    """``(member, incarnation)``: the incarnation that is the member in this
+    configuration (a member restarted under its id in a later incarnation is
+    replaced by a full change), then the last incarnation of members that
+    left the view (the latest 64). A member not listed (the bootstrap view)
+    is the incarnation first heard under its id."""
+
+    def incarnation_of(self, pid: ProcessId) -> int | None:
+        for member, incarnation in self.incarnations:
+            if member == pid:
+                return incarnation
+        return None
 
     @property
     def external(self) -> tuple[ProcessId, ...]:
@@ -153,6 +165,9 @@ class Heartbeat:
     """Messages of the destination that arrived here, without a gap."""
     missing: bool = False
     """Some of the destination's messages are missing here: send them again."""
+    incarnation: int = 0
+    """The sender's incarnation (``epto._incarnation``): a member restarted
+    under its id is told from the process that ran before it."""
 
 
 @attrs.frozen(kw_only=True, slots=True)
@@ -179,7 +194,11 @@ class Catchup:
 
 @attrs.frozen(kw_only=True, slots=True)
 class Join:
-    """A new process (a new identity) asks to enter the view."""
+    """A new process (a new identity, or a member restarted under its id in a
+    later incarnation) asks to enter the view."""
+
+    incarnation: int = 0
+    """The joining process's incarnation."""
 
 
 @attrs.frozen(kw_only=True, slots=True)

@@ -240,9 +240,13 @@ class Outbox:
         self.hb_at = now + cfg.heartbeat_interval
         return True
 
+    def reset_links(self, pid: ProcessId) -> None:
+        """Start the link sessions with ``pid`` afresh (another incarnation)."""
+        self._links.reset(pid)
+
     def _heartbeat(self, dest: ProcessId) -> Heartbeat:
         s = self._s
-        return self._links.heartbeat(dest, s.config.instance, s.book.next_deliver)
+        return self._links.heartbeat(dest, s.config.instance, s.book.next_deliver, s.incarnation)
 
     def on_heartbeat(self, sender: ProcessId, msg: Heartbeat, now: float) -> None:
         s = self._s

@@ -40,6 +40,7 @@ import attrs
 
 from .._errors import LocalProtocolError
 from .._event import Delivery, Event, EventId, ProcessId
+from .._incarnation import check_incarnation, incarnation_of
 from . import _sequencer as seqr
 from ._bounds import refusal
 from ._change import ViewChange
@@ -84,16 +85,26 @@ _EXCLUSIONS = {
     Input.INSTALL_NOT_MEMBER: "removed from the view",
     Input.DIVERGED: "diverged",
     Input.TOO_FAR_BEHIND: "too far behind",
+    Input.SUPERSEDED: "superseded",
 }
+SUPERSEDED = _EXCLUSIONS[Input.SUPERSEDED]
+"""The :attr:`TokenRingProcess.exclusion` of a process whose member runs
+again in a later incarnation."""
 
 
 class TokenRingProcess:
     """One member of a token-ring group.
 
     Bootstrap members all pass the same ``members``; a new identity passes
-    ``contacts`` instead and joins by a view change. ``excluded`` becomes True
-    when the process is out of the view for good: start a new process with a
-    new identity to rejoin.
+    ``contacts`` instead and joins by a view change. ``incarnation``
+    (:mod:`epto._incarnation`) tells this start of the member from every
+    earlier one: a process started again under the same id with a higher
+    incarnation (with ``members`` or ``contacts``) is admitted back as that
+    member by a full view change, in place of the earlier incarnation, and
+    numbers its broadcasts from ``first_seq(incarnation)``. ``excluded``
+    becomes True when the process is out of the view for good (``exclusion``
+    says why; ``"superseded"`` when a later incarnation of the member is in
+    the view): start the member again to rejoin.
     """
 
     def __init__(
@@ -107,9 +118,11 @@ class TokenRingProcess:
         contacts: Sequence[ProcessId] = (),
         signer: Callable[[Event], bytes] | None = None,
         verifier: Callable[[Event], str | None] | None = None,
+        incarnation: int = 0,
     ) -> None:
         if not isinstance(pid, int) or not 0 <= pid < 2**64:
             raise LocalProtocolError(f"process id must be an integer in [0, 2**64), got {pid!r}")
+        check_incarnation(incarnation)
         self.pid = pid
         self.cfg = config
         if members is not None:
@@ -126,7 +139,15 @@ class TokenRingProcess:
         # ``verifier(event)`` is None for an authentic event, else the reason
         # (``epto.SignatureVerifier.check``); events that fail are dropped
         # where they enter (payloads, catch-ups, reports).
-        self._s = s = Shared(pid, config, config=view, role=role, verifier=verifier)
+        self._s = s = Shared(
+            pid,
+            config,
+            config=view,
+            role=role,
+            verifier=verifier,
+            incarnation=incarnation,
+            now=now,
+        )
         self._deliveries: deque[Delivery] = deque()
         self._out = out = Outbox(s, now)
         self._fetch = fetch = Fetcher(s, out, rng)
@@ -173,6 +194,8 @@ class TokenRingProcess:
                 Latencies: optimistic.plans.on_latencies,
                 Delays: optimistic.plans.on_delays,
             }
+        self._restarted = members is not None
+        """Started as a bootstrap member (it may turn joining: see :meth:`broadcast`)."""
         if members is not None:
             out.track(view.members)
             s.fd.grace(members, now)
@@ -201,6 +224,34 @@ class TokenRingProcess:
         return self._s.role is Role.EXCLUDED
 
     @property
+    def incarnation(self) -> int:
+        """This start of the member (:mod:`epto._incarnation`)."""
+        return self._s.incarnation
+
+    @property
+    def superseded(self) -> bool:
+        """True once a later incarnation of this member is in the view (the
+        process is excluded for good)."""
+        return self._s.exclusion == SUPERSEDED
+
+    def quorum(self) -> bool:
+        """Whether this process is in a view and heard from a majority of its
+        members (itself included) within ``suspect_timeout`` of the latest
+        input: the timeout after which the others suspect a member they do not
+        hear, move it out of the core, and go on without it. A member cut off
+        from the majority reports False within ``suspect_timeout``, before
+        they can have moved it out of the core (and long before they exclude
+        it, ``exclude_timeout``), and True again once it hears them."""
+        s = self._s
+        if s.role not in (Role.CORE, Role.EXTERNAL):
+            return False
+        members = s.config.members
+        gap = s.cfg.suspect_timeout
+        fd = s.fd
+        heard = sum(1 for p in members if p == s.pid or fd.heard_within(p, s.now, gap))
+        return 2 * heard > len(members)
+
+    @property
     def exclusion(self) -> str | None:
         """Why this process is out of the view for good (``"removed from the
         view"``, ``"diverged"`` or ``"too far behind"``), or None."""
@@ -209,8 +260,15 @@ class TokenRingProcess:
     # -- inputs -------------------------------------------------------------
 
     def broadcast(self, payload: bytes, now: float) -> EventId:
-        """Broadcast ``payload`` to the group; it is delivered in the total order."""
+        """Broadcast ``payload`` to the group; it is delivered in the total order.
+
+        A member restarted under its id may find, after it started, that the
+        group must admit it back first (it is ``joining`` meanwhile): what it
+        broadcasts then leaves once it is admitted. A new identity that joins
+        through contacts broadcasts once admitted."""
         role = self._s.role
+        if role is Role.JOINING and self._s.fresh and self._restarted:
+            role = Role.EXTERNAL
         if role not in (Role.CORE, Role.EXTERNAL):
             raise LocalProtocolError(f"cannot broadcast while {role.value}")
         if not isinstance(payload, bytes | bytearray | memoryview):
@@ -222,11 +280,15 @@ class TokenRingProcess:
         s = self._s
         if s.role is Role.EXCLUDED:
             return
+        if now > s.now:
+            s.now = now
         s.counts.received += 1
         handler = self._handlers.get(type(message))
         if handler is None:
             return
         why = refusal(s.cfg, s.config, self._joins.contacts, sender, message)
+        if why is None:
+            why = self._incarnation_refusal(sender, message, now)
         if why is not None:
             s.reject(why)
             if (
@@ -246,9 +308,44 @@ class TokenRingProcess:
         except seqr.Divergence:
             self._diverged()
 
+    def _incarnation_refusal(self, sender: ProcessId, message: Message, now: float) -> str | None:
+        """Why ``message`` must be dropped because of the incarnation it comes
+        from, or None. Heartbeats and joins carry the sender's incarnation,
+        broadcasts carry it in their ``seq``; a message of an earlier
+        incarnation than the member's is refused (``stale-incarnation``), one
+        of a later incarnation not admitted yet too (``not-admitted``: the
+        next full change replaces the member), and so is every message that
+        carries none from a member whose later incarnation was heard. Both
+        are answered, rate-limited, with our view: an earlier incarnation
+        learns there that it is superseded, a later one that it must join."""
+        s = self._s
+        if sender == s.pid:
+            return "own-id"
+        if isinstance(message, Heartbeat | Join):
+            claimed: int | None = message.incarnation
+        elif isinstance(message, Data):
+            claimed = incarnation_of(message.event.seq)
+        elif isinstance(message, DataBatch) and message.events:
+            claimed = incarnation_of(message.events[0].seq)
+            if any(incarnation_of(e.seq) != claimed for e in message.events):
+                return "stale-incarnation"
+        else:
+            claimed = None
+        if claimed is None:
+            return "not-admitted" if sender in s.newer else None
+        why = s.record(sender, claimed)
+        if why is None:
+            return None
+        if s.role in (Role.CORE, Role.EXTERNAL):
+            self._out.rate_limited(sender, Decided(config=s.config), now)
+        return "not-admitted" if why == "restarted" else why
+
     def handle_timer(self, now: float) -> None:
-        if self._s.role is Role.EXCLUDED:
+        s = self._s
+        if s.role is Role.EXCLUDED:
             return
+        if now > s.now:
+            s.now = now
         try:
             self._handle_timer(now)
         except seqr.Divergence:
@@ -346,6 +443,8 @@ class TokenRingProcess:
             link_gaps=links.gaps,
             messages_let_go=links.let_go,
             exclusion=s.exclusion,
+            quorum=self.quorum(),
+            incarnation=s.incarnation,
             optimistic=None if self._optimistic is None else self._optimistic.statistics(),
         )
 

@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterable, Iterator
 import attrs
 
 from .._event import Event, EventId, ProcessId
+from .._incarnation import COUNT_MASK
 from .._intervals import SeqIntervals
 from ._messages import Batch, TokenState
 
@@ -97,8 +98,11 @@ def pick(
     the holder's optimistic order).
 
     Every source's messages are sequenced in the order of their ``seq``, with
-    no gap: the token's per-source counters make a message that was sequenced
-    once impossible to sequence again, by any holder, in any later view. The
+    no gap within one incarnation of the source (the first message of a
+    later incarnation, ``seq = first_seq(incarnation)``, follows whatever the
+    earlier one left unsequenced, which is never sequenced then): the
+    token's per-source counters make a message that was sequenced once
+    impossible to sequence again, by any holder, in any later view. The
     choice follows the pool's arrival order; the chosen ids are then listed
     source by source (each source's in ``seq`` order), so that a batch is a
     few runs of consecutive ids.
@@ -113,7 +117,8 @@ def pick(
     if limit < 1:
         return out
     for source, seq in pool:
-        if seq == expected.get(source, 0):
+        nxt = expected.get(source, 0)
+        if seq == nxt or (seq > nxt and not seq & COUNT_MASK):
             if room is not None and cost is not None:
                 c = cost((source, seq))
                 if c > room and (out or not first_free):

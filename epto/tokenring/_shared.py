@@ -13,6 +13,18 @@ Rules:
 * ``book`` (:class:`._sequencer.OrderBook`) and ``fd``
   (:class:`._membership.FailureDetector`) keep their own invariants; the parts
   call their methods.
+* ``incarnation`` (this process's) never changes. ``incarnations`` holds,
+  for each member of the view, the incarnation that is the member: the
+  one the installed configuration lists, else the first one heard under
+  its id; ``newer`` the members whose later incarnation was heard (a member
+  restarted under its id, to be replaced by the next full change). Both
+  hold members of the view only (:meth:`Shared.record`), so they stay as
+  small as the view.
+* ``fresh`` is True until the process installs its first decision: a
+  bootstrap member that finds the group beyond its bootstrap view while
+  fresh has just (re)started, and joins instead of taking the state it
+  never held.
+* ``now`` is the latest time an input brought (statistics read it).
 * An event enters (a payload, a catch-up entry, a reported one) only if
   :meth:`Shared.authentic` says so; a refusal is counted in ``rejected`` by
   reason, which only grows.
@@ -41,6 +53,11 @@ class Shared:
         "counts",
         "exclusion",
         "fd",
+        "fresh",
+        "incarnation",
+        "incarnations",
+        "newer",
+        "now",
         "pid",
         "rejected",
         "role",
@@ -54,8 +71,15 @@ class Shared:
         config: RingConfig,
         role: Role,
         verifier: Callable[[Event], str | None] | None,
+        incarnation: int = 0,
+        now: float = 0.0,
     ) -> None:
         self.pid = pid
+        self.incarnation = incarnation
+        self.incarnations: dict[ProcessId, int] = {pid: incarnation}
+        self.newer: dict[ProcessId, int] = {}
+        self.fresh = True
+        self.now = now
         self.cfg = cfg
         self.config = config
         self.role = role
@@ -75,6 +99,40 @@ class Shared:
             return True
         self.reject(reason)
         return False
+
+    def record(self, pid: ProcessId, incarnation: int) -> str | None:
+        """Take in that a message of ``pid`` came from ``incarnation``: None
+        if it comes from the member (learning its incarnation if it was
+        unknown), else why to refuse it (``stale-incarnation``: an earlier
+        start of the member; ``restarted``: a later start, not admitted yet,
+        noted in ``newer``)."""
+        known = self.incarnations.get(pid)
+        if known is None:
+            if pid not in self.config.members:
+                return None
+            self.incarnations[pid] = known = incarnation
+        if incarnation == known:
+            return None
+        if incarnation < known:
+            return "stale-incarnation"
+        if pid in self.config.members and pid != self.pid:
+            self.newer[pid] = max(incarnation, self.newer.get(pid, incarnation))
+        return "restarted"
+
+    def adopt_incarnations(self, config: RingConfig) -> list[ProcessId]:
+        """Install the incarnations ``config`` lists (keeping those learned
+        for members it does not list); returns the members whose incarnation
+        changed (their links start afresh)."""
+        listed = {p: i for p, i in config.incarnations if p in config.members}
+        old = self.incarnations
+        new = {p: listed.get(p, old.get(p)) for p in config.members}
+        self.incarnations = {p: i for p, i in new.items() if i is not None}
+        self.incarnations.setdefault(self.pid, self.incarnation)
+        now_in = self.incarnations
+        self.newer = {
+            p: i for p, i in self.newer.items() if p in config.members and i > now_in.get(p, -1)
+        }
+        return [p for p, i in self.incarnations.items() if p in old and old[p] != i]
 
     def reject(self, reason: str) -> None:
         self.rejected[reason] = self.rejected.get(reason, 0) + 1

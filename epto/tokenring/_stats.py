@@ -92,5 +92,12 @@ class TokenRingStatistics:
     protocol's own repairs cover them)."""
     exclusion: str | None = None
     """Why the process left the view for good (see ``TokenRingProcess.exclusion``)."""
+    quorum: bool = False
+    """This member is in a view and heard from a majority of its members
+    (itself included) within ``suspect_timeout`` (``TokenRingProcess.quorum``):
+    False within ``suspect_timeout`` of being cut off from the majority, which
+    moves a member it does not hear out of the core after that long."""
+    incarnation: int = 0
+    """This start of the member (``epto._incarnation``)."""
     optimistic: OptimisticStatistics | None = None
     """With optimistic delivery: what it did (docs/optimistic.md)."""

@@ -19,10 +19,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .._event import Event, ProcessId
+from .._incarnation import first_seq
 from ._config import TokenRingConfig
 from ._membership import Wanted
 from ._messages import Promise, RingConfig, TokenState
 from ._sequencer import chain, relabel
+
+DEPARTED_KEPT = 64
+"""Members that left the view whose incarnation a configuration still lists."""
 
 
 def most_advanced(promises: Mapping[ProcessId, Promise]) -> TokenState:
@@ -36,24 +40,50 @@ def build_config(
     wanted: Wanted,
     full: bool,
     cfg: TokenRingConfig,
+    incarnations: Mapping[ProcessId, int] | None = None,
 ) -> RingConfig:
+    """The next configuration. ``incarnations`` is the proposer's map of
+    each member's (and each newcomer's) incarnation; the replaced members'
+    later incarnations included."""
     answered = set(promises)
     latest = most_advanced(promises)
+    replace = wanted.replace if full else frozenset()
     if full:
-        members = [p for p in current.members if p in answered or p not in wanted.exclude]
-        members += sorted(j for j in wanted.joiners if j not in members)
+        members = [
+            p
+            for p in current.members
+            if p not in replace and (p in answered or p not in wanted.exclude)
+        ]
+        members += sorted(j for j in wanted.joiners | replace if j not in members)
     else:
         members = list(current.members)
     member_set = set(members)
-    core = [p for p in current.core if p in answered and p in member_set]
+    core = [p for p in current.core if p in answered and p in member_set and p not in replace]
     core += [
-        p for p in current.external if p in wanted.promote and p in answered and p in member_set
+        p
+        for p in current.external
+        if p in wanted.promote and p in answered and p in member_set and p not in replace
     ]
+    known = dict(current.incarnations)
+    for p, i in (incarnations or {}).items():
+        # A member keeps the listed incarnation unless it is replaced; a
+        # newcomer (a member that left, back in a later incarnation too)
+        # enters with the one it asked in.
+        if p in replace or p not in current.members or p not in known:
+            known[p] = i
+    # Members first; then the members that left, most recent last (at most
+    # DEPARTED_KEPT): a process of a listed incarnation that is not in the
+    # view was left out, one of a later incarnation restarted and may join.
+    departed = [p for p, _ in current.incarnations if p not in member_set]
+    departed += [p for p in current.members if p not in member_set and p not in departed]
+    listed = tuple((p, known[p]) for p in members if p in known) + tuple(
+        (p, known[p]) for p in departed[-DEPARTED_KEPT:] if p in known
+    )
     if not core:
         core = [me]
     k = cfg.effective_k(len(members), len(core))
     instance = current.instance + 1
-    starts = [s for s in current.starts if s[0] in member_set]
+    starts = [s for s in current.starts if s[0] in member_set and s[0] not in replace]
     if not full:
         state = relabel(latest, instance, core, k)
         return RingConfig(
@@ -63,6 +93,7 @@ def build_config(
             core=tuple(core),
             state=state,
             starts=tuple(starts),
+            incarnations=listed,
         )
     # Full change: gather the payloads of everything sequenced and not known
     # to every core member; cut the sequence at the first message nobody that
@@ -82,6 +113,10 @@ def build_config(
     for seq in range(end, latest.next_seq):
         source, num = assigned[seq]
         sources[source] = min(sources.get(source, num), num)
+    for p in replace:
+        if p in known:
+            # The earlier incarnation's unsequenced broadcasts die with it.
+            sources[p] = max(sources.get(p, 0), first_seq(known[p]))
     state = TokenState(
         instance=instance,
         hop=0,
@@ -92,8 +127,12 @@ def build_config(
         batches=(),
         sources=tuple(sorted(sources.items())),
     )
-    known = {s[0] for s in starts}
-    starts += [(j, end, digest) for j in members if j not in current.members and j not in known]
+    started = {s[0] for s in starts}
+    starts += [
+        (j, end, digest)
+        for j in members
+        if (j not in current.members or j in replace) and j not in started
+    ]
     events = tuple((seq, payloads[seq]) for seq in range(latest.low, end))
     return RingConfig(
         instance=instance,
@@ -104,6 +143,7 @@ def build_config(
         events=events,
         full=True,
         starts=tuple(starts),
+        incarnations=listed,
     )
 
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 import attrs
 
 from epto import ConfigurationError, GroupKey, Limits, LocalProtocolError, ProcessId
+from epto._incarnation import check_incarnation
 from epto.endpoint import Address, OverflowPolicy, parse_host_port
 from epto.tokenring import TokenRingConfig
 
@@ -54,6 +55,18 @@ class TokenRingNodeConfig:
     address, whose unspecified host (``0.0.0.0``) a receiver replaces by the
     address the connection comes from."""
     tokenring: TokenRingConfig = attrs.field(factory=TokenRingConfig)
+    incarnation: int | None = None
+    """This start of the member (``epto.endpoint.NodeConfig.incarnation``):
+    None draws it when the node starts, one above the number kept in
+    ``data_dir`` and at least the wall clock's seconds since 2025. A member
+    started again under its id with a higher incarnation is admitted back
+    by the group in place of the earlier one (docs/token-ring.md,
+    *Restart*)."""
+    data_dir: str | None = None
+    """The member's own directory (``NodeConfig.data_dir``): its last
+    incarnation is kept there and locked while the node runs, so that a
+    second live process with this id and directory is refused
+    (:class:`epto.MemberRunningError`)."""
     group: int = 0
     """Group id carried by every frame; frames of other groups are refused."""
     group_key: GroupKey | None = None
@@ -130,6 +143,11 @@ class TokenRingNodeConfig:
             raise ConfigurationError("TokenRingNodeConfig: a node cannot be its own contact")
         if self.advertise is not None:
             parse_host_port(self.advertise)
+        if self.incarnation is not None:
+            try:
+                check_incarnation(self.incarnation)
+            except LocalProtocolError as exc:
+                raise ConfigurationError(f"TokenRingNodeConfig.incarnation: {exc}") from None
         # A full view change sends the unstable window in one frame.
         self.tokenring.check_limits(self.limits)
         check_tcp_fields(self, "TokenRingNodeConfig")
@@ -172,12 +190,14 @@ class TokenRingNodeConfig:
 
 
 class MemberExcludedError(LocalProtocolError):
-    """This member is out of the group's view for good (excluded by a view
+    """This process is out of the group's view for good (excluded by a view
     change, its delivered prefix diverged, or it fell too far behind). The node
-    has stopped; to take part again, start a new node with a **new** process id
-    that joins through ``contacts``. :attr:`reason` is the process's
+    has stopped; to take part again, start the member again (the same id, a
+    new process: a later incarnation, which the group admits back; see
+    docs/token-ring.md, *Restart*). :attr:`reason` is the process's
     ``exclusion``: ``"removed from the view"``, ``"diverged"`` or ``"too far
-    behind"``."""
+    behind"``. A process whose member runs again in a later incarnation stops
+    with :class:`epto.SupersededError` instead."""
 
     def __init__(self, message: str, *, reason: str | None = None) -> None:
         super().__init__(message)
@@ -195,3 +215,11 @@ class TokenRingNodeStatistics(TcpNodeStatistics):
     members: tuple[ProcessId, ...]
     holds_token: bool
     """This member holds the token now."""
+    quorum: bool = False
+    """This member is in a view and heard from a majority of its members
+    (itself included) within ``tokenring.suspect_timeout``: a member cut
+    off from the majority reports False within that time, before the
+    majority can have moved it out of the core (and long before it excludes
+    it, ``exclude_timeout``); True again once it hears them."""
+    incarnation: int = 0
+    """This start of the member."""

@@ -1,0 +1,166 @@
+"""A token-ring member restarted under its own id, as OS processes: ``epto
+node --mode token-ring`` on 127.0.0.1 with ``--log-dir``. One of three
+members is killed with SIGKILL and started again with the same id, bind
+address, peers and log directory; the group admits it back (a later
+incarnation), the others deliver what it broadcasts afterwards, and ``epto
+check`` passes over every log. A second live process with the id and the
+directory of a running member is refused with one line and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from epto.transports._ports import free_ports
+
+from epto.cli import main
+
+PIDS = [1, 2, 3]
+
+
+def _argv(pid: int, ports: list[int], log_dir: Path, *extra: str) -> list[str]:
+    peers = [f"--peer={p}=127.0.0.1:{q}" for p, q in zip(PIDS, ports, strict=True)]
+    argv = [sys.executable, "-m", "epto.cli", "node", "--transport=trio", "--mode=token-ring"]
+    argv += [f"--id={pid}", f"--bind=127.0.0.1:{ports[PIDS.index(pid)]}", *peers]
+    return [*argv, f"--seed={pid}", "--stdin", f"--log-dir={log_dir}", *extra]
+
+
+def spawn(argv: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+    )
+
+
+def stop_all(procs: list[subprocess.Popen[str]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def wait_for_line(proc: subprocess.Popen[str], prefix: str, timeout: float) -> str:
+    """The first line of ``proc``'s standard error starting with ``prefix``."""
+    stream = proc.stderr
+    assert stream is not None
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        sel.register(stream, selectors.EVENT_READ)
+        while (left := deadline - time.monotonic()) > 0:
+            if not sel.select(left):
+                break
+            line = stream.readline()
+            if not line:
+                raise AssertionError(f"process exited ({proc.poll()}) before {prefix!r}")
+            if line.startswith(prefix):
+                return line
+    raise AssertionError(f"no {prefix!r} line within {timeout} s")
+
+
+def _say(proc: subprocess.Popen[str], *lines: str) -> None:
+    assert proc.stdin is not None
+    for line in lines:
+        proc.stdin.write(line + "\n")
+    proc.stdin.flush()
+
+
+def _until_payloads(
+    proc: subprocess.Popen[str], wanted: set[str], timeout: float, pending: bytearray
+) -> None:
+    """Read ``proc``'s deliveries until every payload of ``wanted`` came."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    left_over = set(wanted)
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        while left_over:
+            while b"\n" in pending:
+                line, _, rest = bytes(pending).partition(b"\n")
+                pending[:] = rest
+                left_over.discard(json.loads(line)["payload"])
+            if not left_over:
+                return
+            left = deadline - time.monotonic()
+            if left <= 0 or not sel.select(left):
+                raise AssertionError(f"still missing {sorted(left_over)} after {timeout} s")
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise AssertionError(f"process exited ({proc.poll()}), missing {left_over}")
+            pending += chunk
+
+
+def test_a_member_killed_and_started_again_under_its_id_comes_back(tmp_path: Path) -> None:
+    ports = free_ports(len(PIDS), socket.SOCK_STREAM)
+    logs = tmp_path / "logs"
+    procs: dict[int, subprocess.Popen[str]] = {}
+    pending = {p: bytearray() for p in PIDS}
+    everyone: list[subprocess.Popen[str]] = []
+    try:
+        for pid in PIDS:
+            procs[pid] = spawn(_argv(pid, ports, logs))
+            everyone.append(procs[pid])
+        for pid in PIDS:
+            wait_for_line(procs[pid], "ready", timeout=30)
+        for pid in PIDS:
+            _say(procs[pid], f"before {pid}")
+        before = {f"before {p}" for p in PIDS}
+        for pid in PIDS:
+            _until_payloads(procs[pid], before, 30, pending[pid])
+        procs[3].send_signal(signal.SIGKILL)
+        procs[3].wait(timeout=10)
+        # The same id, bind address, peers and log directory.
+        procs[3] = spawn(_argv(3, ports, logs))
+        everyone.append(procs[3])
+        pending[3] = bytearray()
+        wait_for_line(procs[3], "ready", timeout=30)
+        # Said at once: it leaves when the group has admitted the member back.
+        _say(procs[3], "after 3")
+        for pid in PIDS:
+            _until_payloads(procs[pid], {"after 3"}, 30, pending[pid])
+        # Back in the view: it delivers what the others broadcast from now on.
+        _say(procs[1], "after 1")
+        for pid in PIDS:
+            _until_payloads(procs[pid], {"after 1"}, 30, pending[pid])
+        for pid in PIDS:
+            assert procs[pid].stdin is not None
+            procs[pid].stdin.close()  # end of input: the member stops
+        for pid in PIDS:
+            assert procs[pid].wait(timeout=30) == 0
+    finally:
+        stop_all(everyone)
+    assert main(["check", str(logs)]) == 0
+
+
+def test_a_second_live_process_of_a_member_is_refused(tmp_path: Path) -> None:
+    ports = free_ports(len(PIDS), socket.SOCK_STREAM)
+    logs = tmp_path / "logs"
+    first = spawn(_argv(1, ports, logs))
+    try:
+        wait_for_line(first, "ready", timeout=30)
+        # Same id, same directory (another port: the first holds its own).
+        other = free_ports(1, socket.SOCK_STREAM)[0]
+        argv = _argv(1, ports, logs)
+        argv = [a if not a.startswith("--bind=") else f"--bind=127.0.0.1:{other}" for a in argv]
+        second = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=None)
+        assert second.returncode != 0
+        lines = second.stderr.strip().splitlines()
+        assert len(lines) == 1, second.stderr
+        assert "already runs" in lines[0] and "Traceback" not in second.stderr
+    finally:
+        stop_all([first])
