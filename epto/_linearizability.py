@@ -300,7 +300,11 @@ def _check_key(
     info = [op.status == "info" for _, op, _ in ops]
     overwriting = [info[i] and kinds[i] in overwrites for i in range(n)]
     runs = any(overwriting)
-    unread = [overwriting[i] and args[i] is UNREAD for i in range(n)]
+    # Indeterminate operations alike (same operation, same argument) share a class.
+    classes: dict[tuple[str, Any], int] = {}
+    alike = [
+        classes.setdefault((kinds[i], args[i]), len(classes)) if info[i] else 0 for i in range(n)
+    ]
     # Separate bit positions for completed and indeterminate operations: the
     # memo is keyed by (completed ones linearized, state) and holds the sets of
     # indeterminate ones linearized with them, for the subsumption test; bit 0
@@ -364,8 +368,8 @@ def _check_key(
     done = 0  # completed operations linearized (bits)
     extra = 0  # indeterminate operations linearized (bits)
     remaining = ok_count
-    # (operation, state and mark before it, unread_tried as it was after it)
-    stack: list[tuple[int, Any, int, bool]] = []
+    # (operation, state and mark before it, tried as it was after it)
+    stack: list[tuple[int, Any, int, int]] = []
     stuck_rank = -1  # the latest return entry the search could not get past
     stuck_states: dict[Any, None] = {}
     # The candidates at a configuration are the call entries before the first
@@ -383,13 +387,14 @@ def _check_key(
     # is part of what the memo compares (bit 0 of the mark: outside a run, 0,
     # subsumes inside one).
     #
-    # Indeterminate writes of a value nothing reads (UNREAD) are all alike:
-    # once invoked, any one of them can stand for another. At a configuration
-    # only the first of them in the walk is tried.
+    # Alike indeterminate operations (the same operation with the same
+    # argument, such as all writes of UNREAD) can stand for one another once
+    # invoked: at a configuration only the first of a class in the walk is
+    # tried ("tried" holds the classes met so far in the second pass).
     info_left = info_count
     second_pass = False
     in_run = 0
-    unread_tried = False
+    tried = 0
     entry = nxt[0]
     while True:
         # While completed operations remain, their return entries are in the
@@ -399,11 +404,11 @@ def _check_key(
         if entry & 1:  # a call entry
             i = entry >> 1
             if info[i] is second_pass and not (in_run and overwriting[i]):
-                if unread[i]:
-                    if unread_tried:
+                if second_pass:
+                    if tried >> alike[i] & 1:
                         entry = nxt[entry]
                         continue
-                    unread_tried = True
+                    tried |= 1 << alike[i]
                 new = step(state, kinds[i], args[i], results[i], second_pass)
                 if new is not _NO:
                     if second_pass:
@@ -419,7 +424,7 @@ def _check_key(
                             seen[key] = [mark]
                         else:
                             known.append(mark)
-                        stack.append((i, state, extra, unread_tried))
+                        stack.append((i, state, extra, tried))
                         state = new
                         done, extra = key[0], mark
                         in_run = extra & 1
@@ -434,7 +439,7 @@ def _check_key(
             entry = nxt[entry]
         elif not second_pass and info_left:
             second_pass = True
-            unread_tried = False
+            tried = 0
             entry = nxt[0]
         else:  # a return entry: its operation had to be linearized by now
             if rank[entry] > stuck_rank:
@@ -444,7 +449,7 @@ def _check_key(
                 stuck_states[state] = None
             if not stack:
                 break
-            i, state, extra, unread_tried = stack.pop()
+            i, state, extra, tried = stack.pop()
             in_run = extra & 1
             unlift(i)
             second_pass = info[i]
