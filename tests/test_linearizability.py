@@ -150,6 +150,34 @@ def test_info_cas_may_or_may_not_have_happened() -> None:
     assert not accepted([*base, r(2, 5, 6)])
 
 
+def test_info_write_nobody_reads_can_explain_a_failed_cas() -> None:
+    base = [w(1, 0, 1), w(2, 2, None, client=1, status="info")]
+    assert accepted([*base, cas(1, 3, False, 5, 6)])
+    assert not accepted([w(1, 0, 1), cas(1, 3, False, 5, 6)])
+    # ... but not a read of a value nobody wrote.
+    assert not accepted([*base, cas(1, 3, False, 5, 6), r(7, 7, 8)])
+
+
+def test_alike_info_writes_each_take_effect_once() -> None:
+    one = [w(1, 0, 1), w(2, 2, None, client=1, status="info")]
+    two = [*one, w(2, 2, None, client=2, status="info")]
+    seen_twice = [r(2, 5, 6), w(1, 7, 8), r(2, 9, 10)]
+    assert accepted([*two, *seen_twice])
+    assert not accepted([*one, *seen_twice])
+    # The second one invoked only after the first reappearance is needed: too late.
+    late = [*one, r(2, 5, 6), w(1, 7, 8), r(2, 9, 10), w(2, 11, None, client=2, status="info")]
+    assert not accepted(late)
+
+
+def test_info_operations_chain() -> None:
+    # An indeterminate write then an indeterminate cas that expects its value.
+    chain = [w(1, 0, 1), w(2, 2, None, client=1, status="info")]
+    chain.append(cas(2, 3, None, 2, None, client=2, status="info"))
+    assert accepted([*chain, r(3, 5, 6)])
+    assert accepted([*chain, r(2, 5, 6), r(3, 7, 8)])
+    assert not accepted([*chain, r(3, 5, 6), r(2, 7, 8)])
+
+
 def test_info_read_is_dropped_and_counts_nothing() -> None:
     v = verdict([w(1, 0, 1), r(99, 2, None, client=1, status="info"), r(1, 3, 4)])
     assert v.ok is True and v.operations == 2
@@ -212,6 +240,11 @@ def test_set_info_add() -> None:
     assert accepted([*base, r([1], 5, 6)], model="set")
     assert accepted([*base, r([1, 2], 5, 6)], model="set")
     assert not accepted([*base, r([2], 5, 6)], model="set")
+    assert accepted([*base, r([1], 5, 6), r([1, 2], 7, 8)], model="set")
+    assert not accepted([*base, r([1, 2], 5, 6), r([1], 7, 8)], model="set")
+    # One that no read shows is simply left out.
+    v = verdict([*base, add(3, 2, None, client=2, status="info"), r([1], 5, 6)], model="set")
+    assert v.ok is True and v.operations == 4
 
 
 # -- budget and malformed input ------------------------------------------------
@@ -342,16 +375,20 @@ def test_agrees_with_brute_force(case: tuple[str, list[HistoryOp]]) -> None:
 class Built:
     """A history built by executing operations at chosen linearization points."""
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, distinct: bool) -> None:
         self.model = model
+        self.distinct = distinct
         self.ops: list[HistoryOp] = []
 
 
-def execute(model: str, plan: list[tuple[int, str, str, int, int, int, str, bool]]) -> Built:
+def execute(
+    model: str, plan: list[tuple[int, str, str, int, int, int, str, bool]], distinct: bool = True
+) -> Built:
     """Each client issues its operations one at a time; each one takes effect at
     a point inside its interval (an info one: any time after its invocation, or
     never), and the results are those of executing them in that order on the
-    model. Every value written or added is distinct (1, 2, ...)."""
+    model. Every value written or added is distinct (1, 2, ...), or, with
+    ``distinct=False``, one of 1, 2, 3."""
     clock: dict[int, int] = {}
     pending: list[tuple[int, int, int, str, str, str, bool, int, int | None]] = []
     for n, (client, key, kind, gap, duration, where, status, happens) in enumerate(plan):
@@ -376,15 +413,17 @@ def execute(model: str, plan: list[tuple[int, str, str, int, int, int, str, bool
             executed[n] = (None, sorted(current) if model == "set" else current)
         elif kind in ("write", "add"):
             counter += 1
-            state[key] = counter if kind == "write" else current | {counter}
-            executed[n] = (counter, None)
+            value = counter if distinct else counter % 3 + 1
+            state[key] = value if kind == "write" else current | {value}
+            executed[n] = (value, None)
         else:  # cas: expected is the current value when ``happens``, else a value it is not
             counter += 1
+            value = counter if distinct else counter % 3 + 1
             expected = current if happens else "never held"
             if current == expected:
-                state[key] = counter
-            executed[n] = ((expected, counter), current == expected)
-    built = Built(model)
+                state[key] = value
+            executed[n] = ((expected, value), current == expected)
+    built = Built(model, distinct)
     for invoked, completed, client, key, kind, status, _, n, _ in pending:
         arg, result = executed.get(n, (None, None))
         if n not in executed:  # never took effect: arguments that no read can see
@@ -444,7 +483,8 @@ def impossible(built: Built, choice: int) -> tuple[int, Any] | None:
         and h.status != "fail"
         and h.invoked > read.completed
     ]
-    value = future[choice % len(future)] if future and choice % 2 else -1_000_000
+    usable = future and choice % 2 and built.distinct
+    value = future[choice % len(future)] if usable else -1_000_000
     if built.model == "set":
         return i, [*read.result, value]
     return i, value
@@ -454,12 +494,15 @@ def impossible(built: Built, choice: int) -> tuple[int, Any] | None:
 @given(
     st.sampled_from(["register", "set"]).flatmap(lambda m: st.tuples(st.just(m), plans(m))),
     st.integers(0, 1000),
+    st.booleans(),
 )
 def test_executed_histories_accepted_and_an_impossible_read_rejected(
-    case: tuple[str, list[tuple[int, str, str, int, int, int, str, bool]]], choice: int
+    case: tuple[str, list[tuple[int, str, str, int, int, int, str, bool]]],
+    choice: int,
+    distinct: bool,
 ) -> None:
     model, plan = case
-    built = execute(model, plan)
+    built = execute(model, plan, distinct)
     v = check_linearizable(built.ops, model=model)
     assert v.ok is True, v.failure
     mutation = impossible(built, choice)
