@@ -27,6 +27,16 @@ Rules:
   ``presence_peers`` address when it moves and every second; the others'
   cursors follow the local changes and expire after 5 s. Lost datagrams
   only delay a marker.
+* **A page never edits a text that is not the group's**: while the replica is
+  not ready (joining, restoring, fetching its state after a hole) its pages
+  are told so (``{"type": "state", "ready": false}``, read only) and an edit
+  that still arrives is not taken; once it is ready each of them gets the
+  whole text (a reset). Every page is also told whether this replica holds
+  edits not yet in the group's order (``"unsaved"``): those are the edits a
+  crash of this process would lose.
+* **A restarted replica** (``ReplicaConfig.data_dir``) numbers its
+  operations above every earlier start's (the node's incarnation,
+  :meth:`~epto.apps.text.TextDocument.number_from`).
 * **A bot** (``bot`` edits at ``bot_rate`` per second) types random words and
   deletes at random places, as a local user of this replica.
 """
@@ -47,6 +57,8 @@ from typing import Any, Self
 import attrs
 import trio
 
+from epto import EptoError
+from epto._incarnation import first_seq
 from epto.apps._editor import (
     KEEP,
     PageSession,
@@ -58,7 +70,7 @@ from epto.apps._editor import (
     presence_key,
 )
 from epto.apps._ot import Delete, Insert, Operation
-from epto.apps.text import TextDocument, transform_position
+from epto.apps.text import Change, TextDocument, transform_position
 from epto.endpoint import Address, NodeConfig, parse_host_port
 from epto.wire import GroupSealer
 
@@ -67,7 +79,7 @@ from ._trio.rsm_config import ReplicaConfig
 from ._trio.websocket import WebSocket, WebSocketClosed, serve_http
 from .trio_rsm import ReplicatedNode
 
-__all__ = ["EditorConfig", "EditorServer"]
+__all__ = ["EditorConfig", "EditorServer", "ReplicaNotReady"]
 
 _WORDS = ("epto ", "total ", "order ", "text ", "hello ", "replica ", "a ", "\n")
 
@@ -116,6 +128,9 @@ class EditorServer:
         # Pages that connected while the replica was joining: they get their
         # text (and may edit) once the replica is ready, not before.
         self._waiting: set[PageSession] = set()
+        self._ready = False
+        self._state_sent: tuple[bool, bool] | None = None
+        """(ready, unsaved) as the pages were last told."""
         self._caret = (0, 0)
         self._caret_moved = trio.Event()
         self._udp: trio.socket.SocketType | None = None
@@ -131,6 +146,7 @@ class EditorServer:
     async def __aenter__(self) -> Self:
         async with AsyncExitStack() as stack:
             await stack.enter_async_context(self.node)
+            self.doc.number_from(_first_seq(self.node.node))
             udp = self._udp = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
             stack.callback(udp.close)
             nursery = self._nursery = await stack.enter_async_context(trio.open_nursery())
@@ -146,6 +162,7 @@ class EditorServer:
             self.presence_address = f"{bound[0]}:{bound[1]}"
             nursery.start_soon(self._presence_receiver)
             nursery.start_soon(self._presence_sender)
+            nursery.start_soon(self._watch_ready)
             if self.config.bot:
                 nursery.start_soon(self._bot)
             else:
@@ -164,32 +181,52 @@ class EditorServer:
         if stack is not None:
             await stack.__aexit__(exc_type, exc, tb)
 
+    @property
+    def ready(self) -> bool:
+        """The replica holds the group's text: it restored, confirmed or
+        fetched its state (``ReplicatedNode.ready``) and found no hole since."""
+        node = self.node
+        return bool(getattr(node, "ready", True)) and node.replica.ready and node.node is not None
+
     # -- the document ----------------------------------------------------------------
 
     def _pump(self) -> None:
         """Submit what the document wants sent; push the view's changes."""
-        if self.node.replica.ready and self.node.node is not None:
+        if self.ready:
             for args in self.doc.take_outgoing():
                 self.node.submit("edit", *args)
                 self.edits_sent += 1
         self._fan_out(exclude=None)
 
     def _fan_out(self, exclude: PageSession | None) -> None:
-        if self._waiting and self.node.replica.ready:
-            waiting, self._waiting = self._waiting, set()
-            for page in waiting:
-                self._send(page, page.reset(self.doc.view))
+        ready = self.ready
+        if ready != self._ready:
+            self._ready = ready
+            if not ready:
+                # Stopped applying (a hole found, its state being fetched):
+                # every page waits for the group's text, read only.
+                self._waiting.update(self._pages)
         changes = self.doc.take_changes()
-        if not changes:
-            return
+        reset: set[PageSession] = set()
+        if self._waiting and ready:
+            # The whole text, which holds every change taken above.
+            reset, self._waiting = self._waiting, set()
+            for page in reset:
+                self._send(page, page.reset(self.doc.view))
+        if changes:
+            self._push(changes, skip=reset | {exclude} if exclude else reset)
+        self._send_state()
+
+    def _push(self, changes: list[Change], skip: set[PageSession]) -> None:
         for change in changes:
             self.presence.moved(change.op)
             pos, end = self._caret
             self._caret = (transform_position(pos, change.op), transform_position(end, change.op))
+        restored = any(c.remote and not c.op for c in changes)
         for page in list(self._pages):
-            if page is exclude or page in self._waiting:
+            if page in skip or page in self._waiting:
                 continue
-            if page.behind() + len(changes) > KEEP or any(c.remote and not c.op for c in changes):
+            if restored or page.behind() + len(changes) > KEEP:
                 # A state transfer (or a page that stopped building on what it
                 # is sent): the whole text.
                 self._send(page, page.reset(self.doc.view))
@@ -197,6 +234,26 @@ class EditorServer:
             for change in changes:
                 self._send(page, page.push(change.op))
         self._send_all(self.presence.message())
+
+    def _state_message(self) -> dict[str, Any]:
+        ready, unsaved = self._state_sent or (self._ready, False)
+        return {"type": "state", "ready": ready, "unsaved": unsaved}
+
+    def _send_state(self) -> None:
+        """Tell the pages when the replica's readiness, or whether it holds
+        edits not yet in the order, changed."""
+        state = (self._ready, self.doc.pending() > 0)
+        if state != self._state_sent:
+            self._state_sent = state
+            self._send_all(self._state_message())
+
+    async def _watch_ready(self) -> None:
+        """Readiness changes without a command applied (an audit finds a hole,
+        the state is fetched): look every 50 ms."""
+        while True:
+            await trio.sleep(0.05)
+            if self.ready != self._ready:
+                self._pump()
 
     def _send(self, page: PageSession, message: dict[str, Any]) -> None:
         channel = self._pages.get(page)
@@ -215,7 +272,11 @@ class EditorServer:
             self._send(page, message)
 
     def local_edit(self, op: Operation) -> None:
-        """An edit of the local view by this replica's user (a bot, a test)."""
+        """An edit of the local view by this replica's user (a bot, a test).
+        Refused (:class:`ReplicaNotReady`) while the replica is not ready: it
+        would be an edit of a text that is not the group's."""
+        if not self.ready:
+            raise ReplicaNotReady("the replica is not ready: its text is not the group's yet")
         self.doc.local_edit(op)
         self._pump()
 
@@ -231,6 +292,7 @@ class EditorServer:
     async def _page(self, ws: WebSocket) -> None:
         page = PageSession()
         send, receive = trio.open_memory_channel[str](100_000)
+        self._fan_out(exclude=None)  # the other pages first: this one gets the whole text
         self._pages[page] = send
         hello = {
             "type": "hello",
@@ -239,8 +301,8 @@ class EditorServer:
             "color": color_of(self.pid),
         }
         self._send(page, hello)
-        self._fan_out(exclude=None)
-        if self.node.replica.ready:
+        self._send(page, self._state_message())
+        if self.ready:
             self._send(page, page.reset(self.doc.view))
         else:
             # A joining replica has no text yet: the page stays read only
@@ -281,9 +343,13 @@ class EditorServer:
             kind = message["type"]
             if kind == "edit":
                 op = decode(message["edits"])
-                if not self.node.replica.ready:
-                    return  # a joining replica: its state transfer resets the page
-                self._fan_out(exclude=None)  # what the page must be told first
+                self._fan_out(exclude=None)  # a readiness change first
+                if not self.ready:
+                    # Not the group's text: the edit is not taken. The page
+                    # was told (state), and gets the text once the replica is
+                    # ready; it reports the edit as not sent.
+                    self._waiting.add(page)
+                    return
                 rebased, ack = page.receive(message["base"], op)
                 self.doc.local_edit(rebased)
                 self._send(page, ack)
@@ -334,6 +400,8 @@ class EditorServer:
         rng = random.Random(self.config.bot_seed)
         for _ in range(self.config.bot):
             await trio.sleep(rng.expovariate(self.config.bot_rate))
+            if not self.ready:
+                continue  # no edit of a text that is not the group's
             op = _random_edit(rng, self.doc.view)
             self.local_edit(op)
             edit = op[0]
@@ -341,6 +409,20 @@ class EditorServer:
             self._caret = (pos, pos)
             self._caret_moved.set()
         self.bot_done.set()
+
+
+class ReplicaNotReady(EptoError):
+    """An edit of a replica that is not ready (its text is not the group's yet)."""
+
+
+def _first_seq(node: object) -> int:
+    """Where this start numbers its operations from: above every earlier
+    start's (the node's incarnation; without one, the wall clock in
+    microseconds, far above any count of operations)."""
+    incarnation = getattr(node, "incarnation", None)
+    if isinstance(incarnation, int):
+        return first_seq(incarnation)
+    return time.time_ns() // 1000 << 20
 
 
 def _random_edit(rng: random.Random, text: str) -> Operation:

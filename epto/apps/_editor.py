@@ -2,6 +2,11 @@
 each browser page has seen, how its edits are rebased, and where the other
 replicas' cursors are.
 
+The server also tells each page whether its replica is ready (holds the
+group's text; a page of a replica that is not is read only, and an edit it
+sends anyway is not taken) and whether the replica holds edits not yet in the
+group's order (``{"type": "state", "ready": ..., "unsaved": ...}``).
+
 A page applies its own edits at once and keeps at most one of them
 unacknowledged (the page's script, ``editor_static/index.html``). The server
 numbers what it sends each page: every change pushed (``{"type": "change",
@@ -284,6 +289,13 @@ class PageModel:
         self.rev = 0
         self.inflight: Operation | None = None
         self.buffer: Operation = ()
+        self.ready = False
+        """The server's replica holds the group's text (``state`` messages)."""
+        self.unsaved = False
+        """The server's replica holds edits not yet in the group's order."""
+        self.not_sent: list[str] = []
+        """The page's text each time a reset dropped edits the server had not
+        acknowledged (the page shows it as *not sent*)."""
 
     def local(self, op: Operation) -> dict[str, Any] | None:
         """A local edit: applied at once; the message to send, if any."""
@@ -297,7 +309,11 @@ class PageModel:
     def receive(self, message: dict[str, Any]) -> dict[str, Any] | None:
         """A message from the server; the message to send in return, if any."""
         kind = message.get("type")
-        if kind == "reset":
+        if kind == "state":
+            self.ready, self.unsaved = bool(message["ready"]), bool(message["unsaved"])
+        elif kind == "reset":
+            if not self.synced and self.text != message["text"]:
+                self.not_sent.append(self.text)
             self.rev, self.text = message["rev"], message["text"]
             self.inflight, self.buffer = None, ()
         elif kind == "ack":
@@ -318,4 +334,5 @@ class PageModel:
 
     @property
     def synced(self) -> bool:
+        """Nothing of this page's edits waits for the server's acknowledgement."""
         return self.inflight is None and not self.buffer

@@ -33,6 +33,11 @@ Rules:
   ``horizon`` operations and the last quarter of the horizon (for an
   author's first operation, before the group heard of it), and never more
   than ``horizon`` operations.
+* **An author's numbers are never reused**: a replica started again under
+  its author id numbers its operations from above its earlier starts'
+  (:meth:`TextDocument.number_from`), so an operation its earlier start sent
+  and the group applies after the restart is a remote operation here, not
+  taken for the new start's own.
 * **A refused operation does not stop its author**: its edits are still
   pending, rebased over everything applied since; when its own operation
   comes back ``"stale"`` (an author silent for the horizon, or a first
@@ -141,6 +146,20 @@ class TextDocument(StateMachine):
         self._seq += 1
         self._in_flight = (self._seq, self.version)
         self._outbox.append((self.author, self._seq, self.version, _encode(batch)))
+
+    def number_from(self, seq: int) -> None:
+        """Number this author's next operations from ``seq + 1``.
+
+        A replica started again under its author id restores the replicated
+        state, not its local counter: its first operation would reuse the
+        ``(seq, ref)`` of an operation its earlier start sent and that is
+        still on its way in the order, which would then be taken for the new
+        one (its edits dropped from the view, the new ones shown as applied).
+        The server numbers each start from above every earlier start's
+        numbers (its incarnation, :func:`epto._incarnation.first_seq`)."""
+        if not isinstance(seq, int) or seq < self._seq:
+            raise ValueError(f"sequence numbers only grow: {seq} < {self._seq}")
+        self._seq = seq
 
     def take_outgoing(self) -> list[tuple[int, int, int, list[list[Any]]]]:
         """Commands to submit (``edit`` arguments), oldest first."""

@@ -7,7 +7,9 @@
 prints ``ready ID URL`` on standard error once the page is served (open the
 URL), then runs until Ctrl-C or ``--duration``. ``--bot N`` types N random
 edits at ``--bot-rate`` per second (a demo, a load); ``--join`` starts empty
-and fetches the text from the ``--peer-transfer`` replicas (docs/editor.md).
+and fetches the text from the ``--peer-transfer`` replicas; ``--data-dir DIR``
+keeps the text on disk, so that the replica started again with the same id
+and directory is itself again (docs/editor.md, *Restart a replica*).
 Needs the ``editor`` extra (``pip install 'epto[editor]'``: trio and wsproto).
 """
 
@@ -49,6 +51,21 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--peer-transfer", action="append", default=[], metavar="ID=HOST:PORT")
     p.add_argument("--join", action="store_true", help="start empty, fetch the text")
+    p.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="keep the text's log and snapshots (and this member's incarnation) in DIR; "
+        "started again with the same --id and DIR, the replica is itself again "
+        "(docs/editor.md, Restart a replica)",
+    )
+    p.add_argument(
+        "--audit-interval",
+        type=positive_float,
+        default=5.0,
+        metavar="S",
+        help="seconds between two comparisons of this replica's digest with a peer's "
+        "(with --peer-transfer; default 5)",
+    )
     p.add_argument(
         "--http",
         default="127.0.0.1:0",
@@ -99,8 +116,12 @@ def run(args: argparse.Namespace) -> int:
 
         from epto.transports.trio_editor import EditorConfig, EditorServer
     except ImportError as exc:  # pragma: no cover - without the extra
+        if (exc.name or "").partition(".")[0] not in ("trio", "wsproto"):
+            raise
         print(f"epto editor: needs the editor extra ({exc})", file=sys.stderr)
         return 1
+    import attrs
+
     from epto import LocalProtocolError
     from epto.endpoint import NodeConfig, parse_host_port
     from epto.transports.trio_rsm import ReplicaConfig
@@ -139,6 +160,16 @@ def run(args: argparse.Namespace) -> int:
         round_interval=args.round_interval,
         seed=args.seed,
     )
+    replica = ReplicaConfig(
+        transfer_bind=args.transfer,
+        peers=transfers,
+        data_dir=args.data_dir,
+        audit_interval=args.audit_interval if transfers else math.inf,
+    )
+    if args.join:
+        # Without --join: the replica's default (restore what DIR holds, then
+        # make sure with the peers that nothing is missing).
+        replica = attrs.evolve(replica, joining=True)
     config = EditorConfig(
         http=args.http,
         presence=args.presence,
@@ -148,12 +179,7 @@ def run(args: argparse.Namespace) -> int:
         bot=args.bot,
         bot_rate=args.bot_rate,
         bot_seed=args.seed,
-        replica=ReplicaConfig(
-            transfer_bind=args.transfer,
-            peers=transfers,
-            joining=args.join,
-            audit_interval=5.0 if transfers else math.inf,
-        ),
+        replica=replica,
     )
 
     async def main() -> None:
@@ -162,5 +188,9 @@ def run(args: argparse.Namespace) -> int:
             with trio.move_on_after(args.duration if args.duration else math.inf):
                 await trio.sleep_forever()
 
-    trio.run(main)
+    try:
+        trio.run(main)
+    except LocalProtocolError as exc:  # another process runs this member, a bad directory
+        print(f"epto editor: {exc}", file=sys.stderr)
+        return 1
     return 0
