@@ -24,17 +24,25 @@ linearizability" (G. Lowe):
 Indeterminate operations (``status="info"``: a timeout, a crash) may take
 effect at any time after their invocation or never. They have no return
 entry, so nothing ever forces them; the search may linearize one wherever it
-is minimal. Two reductions keep them cheap, both sound because an
+is minimal. Left at that, every subset of them would multiply the
+configurations. Five reductions keep them cheap, all exact because an
 indeterminate operation has no result to check and can always be left out:
 
+- at a configuration, completed operations are tried before indeterminate
+  ones, and a configuration is pruned when one with the same completed
+  operations linearized and the same state, but a *subset* of its
+  indeterminate operations, was already reached: that one can do everything
+  this one can (subsumption, as in reachability checking with inclusion);
 - an indeterminate operation is not linearized where it would not change the
   state (a write of the current value, a cas whose expected value is not the
-  current one, an add of an element already present): leaving it out is the
-  same;
-- a configuration is pruned when one with the same completed operations
-  linearized and the same state, but a *subset* of its indeterminate
-  operations, was already reached: that one can do everything this one can
-  (subsumption, as in reachability checking with inclusion).
+  current one, an add of an element already present);
+- in a run of indeterminate operations with no completed one between, a
+  register write only comes first (it erases the effect of those before it);
+- alike indeterminate operations (same operation, same argument) stand for
+  one another once invoked: only the first is tried;
+- register values that no read returns and no cas expects are one state
+  (:data:`UNREAD`), and indeterminate operations that could only make later
+  reads fail are left out (:func:`_abstract`).
 
 Keys are independent objects: the history is partitioned by key and each key
 is searched on its own, with its own budget of configurations.
