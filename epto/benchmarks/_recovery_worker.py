@@ -2,8 +2,8 @@
 
 A worker runs one replica of the benchmark's state machine
 (:func:`epto.benchmarks.rsm._epto_machine` or ``_pysyncobj_machine``) with a
-data directory, and obeys the orchestrator's orders from its inbox, one at a
-time, each answered on the shared outbox as ``(index, tag, payload)``:
+data directory, and obeys the orchestrator's orders from its end of a pipe,
+one at a time, each answered on the pipe as ``(tag, payload)``:
 
 * ``("fill", plan)``: the ``fill`` commands of ``plan``, 16 outstanding;
 * ``("incr", k)``: ``k`` ``incr`` calls one after the other (the last value);
@@ -25,11 +25,11 @@ the worker.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import hashlib
 import math
 import os
-import queue
 import signal
 import threading
 import time
@@ -41,20 +41,20 @@ PRE_INCR = 5
 """``incr`` commands committed after the fill and before the crash."""
 
 
-def worker(spec: dict[str, Any], inbox: Any, outbox: Any) -> None:
+def worker(spec: dict[str, Any], conn: Any) -> None:
     """The process's entry point (a ``multiprocessing`` target)."""
     spec["t_boot"] = time.time()
     # A worker that stops answering is sent SIGUSR1 before it is killed: its
     # threads' stacks go to standard error, to say where it was stuck.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    index = spec["index"]
     try:
         if spec["system"] == "pysyncobj":
-            _PySyncObjReplica(spec, inbox, outbox).run()
+            _PySyncObjReplica(spec, conn).run()
         else:
-            _run_epto(spec, inbox, outbox)
+            _run_epto(spec, conn)
     except BaseException as err:  # reported to the orchestrator, in one line
-        outbox.put((index, "error", {"error": _leaf(err)[:300]}))
+        with contextlib.suppress(OSError):
+            conn.send(("error", {"error": _leaf(err)[:300]}))
 
 
 def _leaf(err: BaseException) -> str:
@@ -78,11 +78,14 @@ def _first(spec: dict[str, Any], machine: Any, value: Any, times: dict[str, floa
     }
 
 
-def _get(inbox: Any, timeout: float) -> Any:
+def _get(conn: Any, timeout: float) -> Any:
+    """The next order; ``stop`` when the orchestrator is gone or silent."""
     try:
-        return inbox.get(timeout=timeout)
-    except queue.Empty:
-        return ("stop",)  # the orchestrator is gone or stuck: leave
+        if conn.poll(timeout):
+            return conn.recv()
+    except (EOFError, OSError):
+        pass
+    return ("stop",)
 
 
 # -- epto (either engine) ---------------------------------------------------------
@@ -120,27 +123,30 @@ def _epto_configs(spec: dict[str, Any]) -> tuple[Any, Any]:
     return node, replica
 
 
-def _run_epto(spec: dict[str, Any], inbox: Any, outbox: Any) -> None:
+def _run_epto(spec: dict[str, Any], conn: Any) -> None:
     import trio
 
     from epto.benchmarks.replication import _ring_formed
     from epto.benchmarks.rsm import _epto_machine
     from epto.transports.trio_rsm import ReplicatedNode
 
-    index, timeout = spec["index"], spec["timeout"]
+    timeout = spec["timeout"]
     times = {"t_imported": time.time()}
     machine = _epto_machine()
     node_config, replica_config = _epto_configs(spec)
+    phase = ["starting"]
 
     def put(tag: str, payload: Any) -> None:
-        outbox.put((index, tag, payload))
+        conn.send((tag, payload))
 
     async def restarted(node: Any) -> None:
+        phase[0] = "waiting until ready"
         with trio.move_on_after(timeout) as waiting:
             await node.wait_ready()
         if waiting.cancelled_caught:
             raise TimeoutError(f"not ready {timeout:g} s after its start")
         times["t_ready"] = time.time()
+        phase[0] = "ready, calling incr"
         with trio.move_on_after(timeout) as calling:
             value = await node.call("incr")
         if calling.cancelled_caught:
@@ -182,9 +188,12 @@ def _run_epto(spec: dict[str, Any], inbox: Any, outbox: Any) -> None:
 
     async def serve(node: Any) -> None:
         while True:
-            msg = await trio.to_thread.run_sync(_get, inbox, 4 * timeout, abandon_on_cancel=True)
+            phase[0] = "serving"
+            msg = await trio.to_thread.run_sync(_get, conn, 4 * timeout, abandon_on_cancel=True)
             if msg[0] == "stop":
+                phase[0] = "stopped"
                 return
+            phase[0] = f"obeying {msg[0]!r}"
             with trio.fail_after(timeout):
                 put(msg[0], await handle(node, *msg))
 
@@ -194,12 +203,21 @@ def _run_epto(spec: dict[str, Any], inbox: Any, outbox: Any) -> None:
             if spec["restarted"]:
                 await restarted(node)
             else:
+                # The group's first start: ready once a majority of the
+                # replicas answered (ReplicaConfig.joining "auto").
+                phase[0] = "waiting until ready"
+                with trio.fail_after(timeout):
+                    await node.wait_ready()
                 if spec["system"] == "token-ring":
                     await _ring_formed(node.node, spec["n"], timeout)
                 put("up", {})
             await serve(node)
 
     trio.run(main)
+    if phase[0] != "stopped":
+        # The replica's block ended without an exception and without our
+        # leave: the library cancelled it (its node stopped).
+        raise RuntimeError(f"the replica ended without an error while {phase[0]}")
     put("stop", {"counter": machine.counter, "n": machine.n, "state": _state_hash(machine)})
 
 
@@ -225,13 +243,13 @@ def _sync_incr(machine: Any, deadline: float) -> Any:
 
 
 class _PySyncObjReplica:
-    def __init__(self, spec: dict[str, Any], inbox: Any, outbox: Any) -> None:
-        self.spec, self.inbox, self.outbox = spec, inbox, outbox
+    def __init__(self, spec: dict[str, Any], conn: Any) -> None:
+        self.spec, self.conn = spec, conn
         self.index = spec["index"]
         self.timeout = spec["timeout"]
 
     def put(self, tag: str, payload: Any) -> None:
-        self.outbox.put((self.index, tag, payload))
+        self.conn.send((tag, payload))
 
     def run(self) -> None:
         from pysyncobj import SyncObj, SyncObjConf
@@ -290,7 +308,7 @@ class _PySyncObjReplica:
 
     def serve(self, obj: Any, machine: Any, me: str) -> None:
         while True:
-            msg = _get(self.inbox, 4 * self.timeout)
+            msg = _get(self.conn, 4 * self.timeout)
             if msg[0] == "stop":
                 return
             self.put(msg[0], self.handle(obj, machine, me, *msg))

@@ -38,9 +38,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import multiprocessing as mp
+import multiprocessing.connection as mp_connection
 import os
-import queue
 import shutil
 import signal
 import statistics
@@ -89,7 +90,7 @@ class RunFailed(Exception):
 
 
 class _Group:
-    """The worker processes of one run and their queues."""
+    """The worker processes of one run and their pipes."""
 
     def __init__(self, system: str, n: int, mb: float, args: argparse.Namespace) -> None:
         from .replication import _free_ports
@@ -98,9 +99,11 @@ class _Group:
         self.ctx = mp.get_context("spawn")
         self.system, self.n, self.args = system, n, args
         self.plan = _fill_plan(mb)
-        self.outbox: Any = self.ctx.Queue()
-        self.inboxes: dict[int, Any] = {}
+        # One pipe per worker, not a queue shared by all: a worker SIGKILLed
+        # while it held a shared queue's lock would leave it held for good.
+        self.conns: dict[int, Any] = {}
         self.procs: dict[int, Any] = {}
+        self.killed: set[int] = set()
         ports = _free_ports(2 * n)
         self.ports, self.transfer_ports = ports[:n], ports[n:]
         self.root = tempfile.mkdtemp(prefix=f"epto-recovery-{system}-")
@@ -120,39 +123,52 @@ class _Group:
             "clock": self.args.clock,
             "t_spawn": time.time(),
         }
-        inbox = self.inboxes[index] = self.ctx.Queue()
-        proc = self.ctx.Process(target=worker, args=(spec, inbox, self.outbox), daemon=True)
-        self.procs[index] = proc
+        mine, theirs = self.ctx.Pipe()
+        proc = self.ctx.Process(target=worker, args=(spec, theirs), daemon=True)
+        self.conns[index], self.procs[index] = mine, proc
+        self.killed.discard(index)
         proc.start()
+        theirs.close()
 
     def send(self, indices: Iterable[int], *msg: Any) -> None:
         for i in indices:
-            self.inboxes[i].put(msg)
+            self.conns[i].send(msg)
 
-    def expect(self, tag: str, indices: Iterable[int], wait: float) -> dict[int, Any]:
+    def expect(
+        self, tag: str, indices: Iterable[int], wait: float, *, each: bool = False
+    ) -> dict[int, Any]:
         """The ``tag`` answers of ``indices`` within ``wait`` seconds; any
-        worker's error, a death or silence raises :class:`RunFailed`."""
+        worker's error, a death or silence raises :class:`RunFailed`, or with
+        ``each``, for one of ``indices``, is its answer (``{"error": ...}``)."""
         want = set(indices)
         got: dict[int, Any] = {}
         deadline = time.monotonic() + wait
         while want - got.keys():
-            try:
-                index, got_tag, payload = self.outbox.get(timeout=0.2)
-            except queue.Empty:
-                dead = [i for i in want - got.keys() if not self.procs[i].is_alive()]
-                if dead:
-                    raise RunFailed(f"{self.stage}: pid {dead[0] + 1} exited") from None
-                if time.monotonic() > deadline:
-                    silent = ",".join(str(i + 1) for i in sorted(want - got.keys()))
-                    self._dump_stacks(want - got.keys())
-                    raise RunFailed(
-                        f"{self.stage}: no answer from pid {silent} in {wait:g} s"
-                    ) from None
-                continue
-            if got_tag == "error":
-                raise RunFailed(f"{self.stage}: pid {index + 1}: {payload['error']}")
-            if got_tag == tag and index in want:
-                got[index] = payload
+            live = {self.conns[i]: i for i in self.conns if i not in self.killed}
+            for ready in mp_connection.wait(list(live), timeout=0.2):
+                index = live[ready]
+                conn: Any = ready
+                try:
+                    got_tag, payload = conn.recv()
+                except (EOFError, OSError):
+                    self.killed.add(index)  # it will not answer again
+                    self.procs[index].join(timeout=2)
+                    code = self.procs[index].exitcode
+                    got_tag, payload = "error", {"error": f"exited (code {code})"}
+                if got_tag == "error" and each and index in want:
+                    got[index] = payload
+                elif got_tag == "error":
+                    raise RunFailed(f"{self.stage}: pid {index + 1}: {payload['error']}")
+                elif got_tag == tag and index in want:
+                    got[index] = payload
+            silent = sorted(want - got.keys())
+            if silent and time.monotonic() > deadline:
+                self._dump_stacks(silent)
+                if not each:
+                    pids = ",".join(str(i + 1) for i in silent)
+                    raise RunFailed(f"{self.stage}: no answer from pid {pids} in {wait:g} s")
+                for i in silent:
+                    got[i] = {"error": f"no answer in {wait:g} s"}
         return got
 
     def _dump_stacks(self, indices: Iterable[int]) -> None:
@@ -171,12 +187,15 @@ class _Group:
         return self.expect(msg[0], indices, self.args.timeout + 10)
 
     def kill(self, indices: Iterable[int]) -> None:
+        self.killed.update(indices)
         for i in indices:
             self.procs[i].kill()  # SIGKILL
         for i in indices:
             self.procs[i].join(timeout=10)
 
     def close(self) -> None:
+        for conn in self.conns.values():
+            conn.close()
         for proc in self.procs.values():
             if proc.is_alive():
                 proc.kill()
@@ -223,7 +242,13 @@ def _choreography(group: _Group, scenario: str, case: str) -> dict[str, Any]:
     for v in victims:
         group.spawn(v, restarted=True)
     group.stage = "recovering"
-    firsts = group.expect("first", victims, 2 * args.timeout + 30)
+    firsts = group.expect("first", victims, 2 * args.timeout + 30, each=True)
+    failed = {i: f["error"] for i, f in firsts.items() if "error" in f}
+    if failed and scenario == "one":
+        ((v, error),) = failed.items()
+        raise RunFailed(f"recovering: pid {v + 1}: {error}")
+    if failed:  # the others' figures are still worth a row
+        return {"victims": victims, "firsts": firsts, "bad": ["FAILED"]}
     applied += len(victims)
     bad = _check_values(firsts, counter, len(victims), _entries(group.plan))
     group.order("settling after the restart", everyone, "settle", applied)
@@ -375,17 +400,27 @@ def _scenario_three(systems: list[str], sizes: list[float], args: argparse.Names
                     status = 1
                     continue
                 firsts = r["firsts"]
-                each = ", ".join(
-                    f"pid {i + 1}: {f['t_first'] - f['t_spawn']:.2f}s "
-                    f"(ready {f['t_ready'] - f['t_spawn']:.2f}s)"
-                    for i, f in sorted(firsts.items())
-                )
-                worst = max(f["t_first"] - f["t_spawn"] for f in firsts.values())
-                met = "target met" if worst < args.target else "TARGET MISSED"
+                each = ", ".join(_row_three(i, f) for i, f in sorted(firsts.items()))
+                served = [f["t_first"] - f["t_spawn"] for f in firsts.values() if "error" not in f]
+                worst = max(served, default=math.inf)
+                if len(served) < len(firsts):
+                    met = "TARGET MISSED (not every one served)"
+                else:
+                    met = "target met" if worst < args.target else "TARGET MISSED"
                 status |= 1 if r["bad"] or worst >= args.target else 0
-                notes = "".join(f"; {b}" for b in r["bad"])
-                print(f"{head} {each}; max {worst:.2f}s, {met}{notes}", flush=True)
+                notes = "".join(f"; {b}" for b in r["bad"] if b != "FAILED")
+                most = f"max {worst:.2f}s" if served else "none served"
+                print(f"{head} {each}; {most}, {met}{notes}", flush=True)
     return status
+
+
+def _row_three(index: int, first: dict[str, Any]) -> str:
+    if "error" in first:
+        return f"pid {index + 1}: FAILED ({first['error']})"
+    return (
+        f"pid {index + 1}: {first['t_first'] - first['t_spawn']:.2f}s "
+        f"(ready {first['t_ready'] - first['t_spawn']:.2f}s, value {first['value']})"
+    )
 
 
 def _command_line(args: argparse.Namespace) -> str:
