@@ -47,7 +47,9 @@ EXPORTS: dict[str, frozenset[str]] = {
             "ConfigurationError",
             "EptoError",
             "LocalProtocolError",
+            "MemberRunningError",
             "RemoteProtocolError",
+            "SupersededError",
             # group key and signatures
             "EventSigner",
             "GroupKey",
@@ -109,6 +111,7 @@ EXPORTS: dict[str, frozenset[str]] = {
             "SimulationLogger",
             "check_logs",
             "iter_raw",
+            "last_ordered_ts",
             "list_nodes",
             "list_segments",
             "log_bounds",

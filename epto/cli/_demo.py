@@ -49,13 +49,17 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _wait_ready(proc: subprocess.Popen[str], err_file: Path, deadline: float) -> None:
-    """Wait for the node's ``ready ID ADDRESS`` line on its standard error;
-    exit with one line (the node's last) if it stops or is late."""
+def _wait_ready(proc: subprocess.Popen[str], err_file: Path, deadline: float) -> int:
+    """Wait for the node's ``ready ID ADDRESS incarnation N`` line on its
+    standard error and return N (its k-th event is ``(ID, N << 32 | k)``,
+    docs/node.md *Restart*); exit with one line (the node's last) if it stops
+    or is late."""
     while time.monotonic() < deadline:
         said = err_file.read_text(errors="replace")
-        if "ready " in said:
-            return
+        for line in said.splitlines():
+            words = line.split()
+            if words[:1] == ["ready"] and "incarnation" in words[:-1]:
+                return int(words[words.index("incarnation") + 1])
         if proc.poll() is not None:
             last = (said.strip().splitlines() or ["(nothing)"])[-1]
             raise SystemExit(f"epto demo: a node exited before it was ready: {last} ({err_file})")
@@ -64,6 +68,8 @@ def _wait_ready(proc: subprocess.Popen[str], err_file: Path, deadline: float) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    from epto._incarnation import first_seq
+
     if args.nodes < 2 or args.events < 1:
         print("epto demo: needs at least 2 nodes and 1 event", file=sys.stderr)
         return 2
@@ -96,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
     deadline = started + args.timeout
     procs: dict[int, subprocess.Popen[str]] = {}
     handed_over: dict[int, float] = {}
+    first: dict[int, int] = {}
+    """Node id -> the seq of its first event."""
     """Wall time at which each node was handed its events to broadcast."""
     try:
         for i in ids:
@@ -121,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
             with open(out / f"node-{i}.err", "w") as err:
                 procs[i] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stderr=err, text=True)
         for i, proc in procs.items():
-            _wait_ready(proc, out / f"node-{i}.err", deadline)
+            first[i] = first_seq(_wait_ready(proc, out / f"node-{i}.err", deadline))
         # Every node is bound: broadcast now, so no early ball meets a closed port.
         for i, proc in procs.items():
             stdin: IO[str] | None = proc.stdin
@@ -149,21 +157,22 @@ def run(args: argparse.Namespace) -> int:
     from epto.log import check_logs, micros, write_broadcasts
     from epto.log._summary import verdict_text
 
-    # Node i's k-th broadcast is event (i, k): the manifest lets the checkers
-    # catch anything delivered that nobody broadcast, and gives the delays.
+    # Node i's k-th broadcast is event (i, first[i] + k): the manifest lets
+    # the checkers catch anything delivered that nobody broadcast, and gives
+    # the delays.
+    broadcast = {(i, first[i] + k) for i in ids for k in range(args.events)}
     write_broadcasts(
         logs,
         (
-            (i, k, micros(handed_over[i]) if i in handed_over else None)
-            for i in ids
-            for k in range(args.events)
+            (i, seq, micros(handed_over[i]) if i in handed_over else None)
+            for i, seq in sorted(broadcast)
         ),
     )
     sequences = {}
     for i in ids:
         with open(out / f"node-{i}.jsonl") as f:
             sequences[i] = [(r["source"], r["seq"]) for r in map(json.loads, f)]
-    report = check(sequences, broadcast={(i, k) for i in ids for k in range(args.events)})
+    report = check(sequences, broadcast=broadcast)
     delivered = {i: len(seq) for i, seq in sequences.items()}
     print(f"   ran {elapsed:.1f} s; exit statuses {sorted(set(statuses.values()))}")
     print(f"   deliveries per node: {delivered} (expected {expected} each)")

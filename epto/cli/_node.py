@@ -306,7 +306,7 @@ async def _run_trio(args: argparse.Namespace, config: Any, sink: Sink) -> int:
         # back (a later incarnation) and it delivers from its entry on; any
         # position the log already holds is not written twice.
         ring_logged = _ring_logged(args) if isinstance(node, TokenRingNode) else -1
-        print(f"ready {args.id} {node.address}", file=sys.stderr, flush=True)
+        print(_ready_line(args.id, node), file=sys.stderr, flush=True)
         if args.status:
             nursery.start_soon(_write_status, node, args.status, args.status_interval)
         if config.contacts:
@@ -380,6 +380,14 @@ def _ring_logged(args: argparse.Namespace) -> int:
     return _logged_ts(args) if extent.end > extent.first else -1
 
 
+def _ready_line(pid: int, node: Any) -> str:
+    """``ready ID ADDRESS incarnation N``: the incarnation gives this start's
+    event ids (``N << 32 | k`` for its k-th broadcast, docs/node.md *Restart*)."""
+    incarnation = getattr(node, "incarnation", None)
+    tail = "" if incarnation is None else f" incarnation {incarnation}"
+    return f"ready {pid} {node.address}{tail}"
+
+
 def _logged_ts(args: argparse.Namespace) -> int:
     """The last timestamp this member's delivery log holds in the order."""
     from epto.log import last_ordered_ts, node_directory
@@ -439,7 +447,7 @@ def _run_zmq(args: argparse.Namespace, config: Any, sink: Sink) -> None:
     if args.log_dir:
         node.resume_after(_logged_ts(args))
     with node:
-        print(f"ready {args.id} {node.address}", file=sys.stderr, flush=True)
+        print(_ready_line(args.id, node), file=sys.stderr, flush=True)
         for text in args.broadcast:
             node.broadcast(text.encode())
 
