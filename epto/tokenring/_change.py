@@ -156,8 +156,14 @@ class ViewChange:
         if self._want_since is None:
             self._want_since = now
         members = s.config.members
+        # A member whose later incarnation asks in is not heard as the member.
         coordinator = next(
-            (m for m in members if m == s.pid or s.fd.silent_for(m, now) <= cfg.suspect_timeout),
+            (
+                m
+                for m in members
+                if m == s.pid
+                or (m not in s.newer and s.fd.silent_for(m, now) <= cfg.suspect_timeout)
+            ),
             s.pid,
         )
         delay = 0.0 if coordinator == s.pid else cfg.change_timeout * (1 + members.index(s.pid))
@@ -209,7 +215,7 @@ class ViewChange:
         expected = {
             m
             for m in proposer.voters
-            if m == s.pid or s.fd.silent_for(m, now) <= cfg.suspect_timeout
+            if m == s.pid or (m not in s.newer and s.fd.silent_for(m, now) <= cfg.suspect_timeout)
         }
         if (
             not expected <= proposer.promises.keys()
