@@ -14,6 +14,13 @@ Rules:
 * Recovery restores the newest snapshot that checks out and replays the log
   after its index; a joining replica starts from nothing instead (its state
   is fetched; the fetched state is then saved as the base the log continues).
+* The files are one member's: the log under ``log/<pid>``, and each
+  snapshot names the member whose log its index counts in. A replica started
+  under another id on a directory whose snapshots are another member's
+  starts from nothing (its state is fetched): it moves them aside to
+  ``snapshots-of-<pid>`` instead of counting another log's indexes in its own
+  (which would compact its own log wrongly) or applying the group's commands
+  to a state whose log suffix it cannot read.
 """
 
 from __future__ import annotations
@@ -76,6 +83,9 @@ class Durability:
             shutil.rmtree(node_dir, ignore_errors=True)
         else:
             stored = self.store.latest()
+            if stored is not None and stored.member not in (None, self._pid):
+                self._set_aside(stored.member)
+                stored = None
             start = 0
             if stored is not None:
                 replica.restore(stored.snapshot)
@@ -89,6 +99,17 @@ class Durability:
                     replica.deliver(Delivery(event=event))
         self._log = DeliveryLogWriter(log_root, self._pid)
         self._log_index = self._log.next_index
+
+    def _set_aside(self, member: int) -> None:
+        """Move another member's snapshots out of the way (kept, not read)."""
+        directory = self.store.directory
+        aside = self._root / f"snapshots-of-{member}"
+        n = 0
+        while aside.exists():
+            n += 1
+            aside = self._root / f"snapshots-of-{member}.{n}"
+        directory.rename(aside)
+        self.store = SnapshotStore(directory, keep=self.store.keep)
 
     def applied(self, delivery: Delivery, now: float) -> bool:
         """Log a command just applied; whether a snapshot is due (``now``: the
@@ -105,7 +126,7 @@ class Durability:
         """Save ``replica``'s state durably and compact the log."""
         assert self._log is not None
         self._log.flush(fsync=True)
-        path = self.store.save(replica.snapshot(), self._log_index)
+        path = self.store.save(replica.snapshot(), self._log_index, member=self._pid)
         self.snapshots_taken += 1
         self._since = 0
         self._due_at = math.inf

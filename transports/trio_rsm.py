@@ -51,12 +51,13 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
 
+import attrs
 import trio
 
 from epto import ConfigurationError, Delivery, EventId, ProcessId
@@ -65,31 +66,40 @@ from epto.rsm import (
     Applied,
     AuditVerdicts,
     CommandFailed,
+    OrderKey,
     Replica,
     Snapshot,
     StateMachine,
+    order_key,
 )
+from epto.rsm._commit import CommitTracker
 
 from ._rsm_durable import Durability
 from ._trio.rsm_channel import TransferKey
 from ._trio.rsm_config import (
     CommandFailedError,
+    CommandTimeoutError,
     ReplicaConfig,
+    ReplicaNotReadyError,
     ReplicaStatus,
     ResultUnavailableError,
 )
 from ._trio.rsm_transfer import (
+    MAX_CUTS,
+    PeerState,
     TransferError,
     TransferServer,
-    fetch_digest,
     fetch_latest,
     fetch_snapshot,
+    fetch_state,
 )
 from .trio_node import open_node
 
 __all__ = [
     "CommandFailedError",
+    "CommandTimeoutError",
     "ReplicaConfig",
+    "ReplicaNotReadyError",
     "ReplicaStatus",
     "ReplicatedNode",
     "ResultUnavailableError",
@@ -100,6 +110,20 @@ _IN_FETCHED_STATE: Final = object()
 """The result of a call whose command the fetched state covers."""
 
 
+class _Call:
+    """One ``call`` under way: its result once applied here, released when
+    acknowledged (applied here, or committed by a majority)."""
+
+    __slots__ = ("done", "result")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.result: Any = _UNSET
+
+
+_UNSET: Final = object()
+
+
 class ReplicatedNode:
     """One replica of ``machine`` on a trio node (see the module's rules)."""
 
@@ -107,19 +131,29 @@ class ReplicatedNode:
         self, machine: StateMachine, node: NodeConfig, config: ReplicaConfig | None = None
     ) -> None:
         self.config = cfg = config if config is not None else ReplicaConfig()
+        if cfg.data_dir and node.data_dir is None:
+            # The member's incarnation and lock live with the replica's data.
+            node = attrs.evolve(node, data_dir=cfg.data_dir)
         self.machine = machine
         self.node_config = node
         self._ring = node.resolved_mode() == "token-ring"
         self.replica = Replica(
             machine,
             codec=cfg.codec,
-            joining=cfg.joining,
+            joining=cfg.joining is True,
             contiguous=self._ring,
             max_buffer=cfg.max_buffer,
         )
+        self._peers: dict[ProcessId, Address] = {
+            p: a for p, a in sorted(cfg.peers.items()) if p != node.pid
+        }
+        acknowledge = cfg.acknowledge or ("local" if self._ring else "majority")
+        self.acknowledge: str = acknowledge
+        """``"majority"`` or ``"local"`` (:attr:`ReplicaConfig.acknowledge`)."""
+        self._commits = CommitTracker(self._peers)
+        self._majority = acknowledge == "majority" and self._commits.majority > 1
         self._node: Any = None
-        self._pending: dict[EventId, trio.Event] = {}
-        self._results: dict[EventId, Any] = {}
+        self._calls: dict[EventId, _Call] = {}
         self._held_calls: set[EventId] = set()
         """Our own commands delivered while not ready (buffered): completed by
         the restore, with their result or, when the fetched state covers
@@ -129,8 +163,20 @@ class ReplicatedNode:
         self.transfer_failures = 0
         self.audits = 0
         self.contradictions = 0
+        self._verdicts = AuditVerdicts()
+        self._heard: dict[ProcessId, float] = {}
         self._ready = trio.Event()
         self._wake = trio.Event()
+        self._work = trio.Event()
+        """Set while calls wait for confirmations (the peer loops ask at once)."""
+        self._moved = trio.Event()
+        """Set (and replaced) whenever this replica's cut moves."""
+        self._must_fetch = cfg.joining is True
+        self._decided = False
+        """The start rule has run: the local state is known to be the group's
+        (or was fetched)."""
+        self._fetched_cut: OrderKey | None = None
+        self._started = 0.0
         self._nursery: trio.Nursery | None = None
         self.transfer_address = ""
         self._transfer_key = None if node.group_key is None else TransferKey(node.group_key)
@@ -141,10 +187,10 @@ class ReplicatedNode:
         restored: the machine changes under one of them at a time."""
         self._server = TransferServer(
             snapshot=self._snapshot_for_peer,
-            ready=lambda: self.replica.ready,
+            ready=lambda: self._ready.is_set(),
             cut=lambda: self.replica.cut,
             digest_at=self.replica.digest_at,
-            wait=min(30.0, cfg.transfer_timeout),
+            wait=min(5.0, cfg.transfer_timeout),
             key=self._transfer_key,
         )
         self._stack: AsyncExitStack | None = None
@@ -154,11 +200,22 @@ class ReplicatedNode:
     async def __aenter__(self) -> Self:
         durable = self._durable
         if durable is not None:
-            durable.recover(self.replica, joining=self.config.joining)
+            # Under this replica's own id, whatever the incarnation.
+            durable.recover(self.replica, joining=self.config.joining is True)
+        ask = self.config.joining == "auto" and bool(self._peers)
+        if ask or self._must_fetch or self._ring:
+            self.replica.suspend()  # apply nothing until the state is known whole
+        self._decided = not (ask or self._must_fetch)
         async with AsyncExitStack() as stack:
             if durable is not None:
                 stack.callback(durable.close)
             self._node = await stack.enter_async_context(open_node(self.node_config))
+            cut = self.replica.cut
+            if not self._ring and cut is not None:
+                # Before any checkpoint: neither deliver again nor broadcast
+                # below what this member applied in an earlier incarnation.
+                self._node.resume_after(cut[0])
+            self._started = trio.current_time()
             nursery = self._nursery = await stack.enter_async_context(trio.open_nursery())
             stack.callback(nursery.cancel_scope.cancel)  # runs first on the way out
             host, port = parse_host_port(self.config.transfer_bind)
@@ -166,12 +223,14 @@ class ReplicatedNode:
             listeners = await nursery.start(serve)
             bound = listeners[0].socket.getsockname()
             self.transfer_address = f"{bound[0]}:{bound[1]}"
+            if self._decided and self._in_view():
+                self._resume()
             nursery.start_soon(self._apply_loop)
-            nursery.start_soon(self._resync_loop)
-            if self.config.peers and self.config.audit_interval < math.inf:
+            nursery.start_soon(self._ready_loop)
+            for pid, address in self._peers.items():
+                nursery.start_soon(self._peer_loop, pid, address)
+            if self._peers and self.config.audit_interval < math.inf:
                 nursery.start_soon(self._audit_loop)
-            if self.replica.ready:
-                self._ready.set()
             self._stack = stack.pop_all()
         return self
 
@@ -190,28 +249,61 @@ class ReplicatedNode:
         """The node (``TrioNode`` or ``TokenRingNode``) under this replica."""
         return self._node
 
-    async def wait_ready(self) -> None:
-        """Until the state is the group's (at once unless joining)."""
-        await self._ready.wait()
+    async def wait_ready(self, timeout: float | None = None) -> None:
+        """Until the replica is ready (docs/rsm.md, *Ready*);
+        :class:`ReplicaNotReadyError` if it is not within ``timeout`` seconds."""
+        with trio.move_on_after(math.inf if timeout is None else timeout):
+            while not self._ready.is_set():
+                await self._ready.wait()
+            return
+        raise ReplicaNotReadyError(f"replica {self.node_config.pid} not ready within {timeout} s")
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    def _in_view(self) -> bool:
+        """Token ring: the node is a member of the view (not joining, not
+        excluded). EpTO has no view to enter."""
+        if not self._ring or self._node is None:
+            return True
+        return bool(self._node.statistics().role in ("core", "external"))
 
     # -- commands -------------------------------------------------------------------
 
-    async def call(self, name: str, *args: Any) -> Any:
-        """Replicate ``name(*args)``; its result once applied here, or
-        :class:`CommandFailedError` if it raised (at every replica alike)."""
+    def _require_ready(self, name: str) -> None:
         if name not in type(self.machine).commands():
             raise ConfigurationError(
                 f"{type(self.machine).__name__} has no replicated command {name!r}"
             )
-        await self._ready.wait()
+        if not self._ready.is_set():
+            raise ReplicaNotReadyError(
+                f"replica {self.node_config.pid} is not ready (it has not restored, "
+                "confirmed or fetched its state yet, or is not in the view): "
+                "await wait_ready() first; nothing was broadcast"
+            )
+
+    async def call(self, name: str, *args: Any, timeout: float | None = None) -> Any:
+        """Replicate ``name(*args)``; its result once acknowledged (see
+        :attr:`ReplicaConfig.acknowledge`), :class:`CommandFailedError` if it
+        raised (at every replica alike), :class:`ReplicaNotReadyError` before
+        ready (nothing broadcast), :class:`CommandTimeoutError` after
+        ``timeout`` seconds (the command may still take effect)."""
+        self._require_ready(name)
         payload = self.config.codec.encode(name, args)
         eid = self._node.broadcast(payload)
-        done = self._pending[eid] = trio.Event()
+        call = self._calls[eid] = _Call()
         try:
-            await done.wait()
+            with trio.move_on_after(math.inf if timeout is None else timeout):
+                await call.done.wait()
         finally:
-            self._pending.pop(eid, None)
-        result = self._results.pop(eid)
+            self._calls.pop(eid, None)
+            self._commits.forget(eid)
+        if not call.done.is_set():
+            raise CommandTimeoutError(
+                f"command {name!r} not acknowledged within {timeout} s; it may still take effect"
+            )
+        result = call.result
         if isinstance(result, CommandFailed):
             raise CommandFailedError(result)
         if result is _IN_FETCHED_STATE:
@@ -222,7 +314,9 @@ class ReplicatedNode:
         return result
 
     def submit(self, name: str, *args: Any) -> EventId:
-        """Replicate ``name(*args)`` without waiting for it (its result is dropped)."""
+        """Replicate ``name(*args)`` without waiting for it (its result is
+        dropped); :class:`ReplicaNotReadyError` before ready."""
+        self._require_ready(name)
         return self._node.broadcast(self.config.codec.encode(name, args))  # type: ignore[no-any-return]
 
     # -- applying -------------------------------------------------------------------
@@ -237,30 +331,57 @@ class ReplicatedNode:
     def _deliver(self, delivery: Delivery) -> bool:
         """Apply one delivery; whether a snapshot is due."""
         replica = self.replica
+        was_ready = replica.ready
         applied = replica.deliver(delivery)
         if not replica.ready:
-            self._wake.set()  # joining, or a hole: the state must be fetched
-            if delivery.event.id in self._pending:
+            if was_ready or self._ready.is_set():  # a hole: the state must be fetched
+                self._must_fetch = True
+                self._lose_ready()
+            self._wake.set()
+            if delivery.event.id in self._calls:
                 self._held_calls.add(delivery.event.id)
             return False
         if applied is None:
-            if delivery.in_total_order:
-                # At or below the cut: in the state fetched from a peer.
+            fetched = self._fetched_cut
+            if (
+                delivery.in_total_order
+                and fetched is not None
+                and order_key(delivery.event) <= fetched
+            ):
+                # In the state fetched from a peer.
                 self._complete_unknown([delivery.event.id])
             return False
         self._complete([applied])
+        self._cut_moved()
         if self.config.on_applied is not None:
             self.config.on_applied()
         durable = self._durable
         return durable is not None and durable.applied(delivery, trio.current_time())
 
     def _complete(self, applied: list[Applied]) -> None:
-        """Hand the results of our own commands to the calls awaiting them."""
+        """Our own commands applied: their calls are released now (local
+        acknowledgement) or once a majority confirmed them."""
         for done in applied:
-            event = self._pending.get(done.event)
-            if event is not None:
-                self._results[done.event] = done.result
-                event.set()
+            call = self._calls.get(done.event)
+            if call is None or call.result is not _UNSET:
+                continue
+            call.result = done.result
+            digest = self.replica.digest_at(done.cut)
+            if not self._majority or digest is None:
+                call.done.set()
+            else:
+                self._commits.add(done.event, done.cut, digest)
+                self._work.set()
+        if self._majority:
+            self._release()
+
+    def _release(self) -> None:
+        for eid in self._commits.released(self.replica):
+            call = self._calls.get(eid)
+            if call is not None:
+                call.done.set()
+        if not len(self._commits):
+            self._work = trio.Event()
 
     def _complete_unknown(self, events: Iterable[EventId]) -> None:
         """Our commands that a fetched state covers: they were applied at the
@@ -268,10 +389,10 @@ class ReplicatedNode:
         call whose command came round while this replica had a hole would
         wait forever."""
         for eid in events:
-            event = self._pending.get(eid)
-            if event is not None and not event.is_set():
-                self._results[eid] = _IN_FETCHED_STATE
-                event.set()
+            call = self._calls.get(eid)
+            if call is not None and call.result is _UNSET:
+                call.result = _IN_FETCHED_STATE
+                call.done.set()
 
     async def _snapshot_to_disk(self) -> None:
         """A snapshot written in a worker thread while the caller holds
@@ -300,74 +421,182 @@ class ReplicatedNode:
     def snapshots_taken(self) -> int:
         return 0 if self._durable is None else self._durable.snapshots_taken
 
-    # -- fetching the state -------------------------------------------------------------
+    # -- becoming ready -----------------------------------------------------------------
 
-    async def _resync_loop(self) -> None:
-        """Fetch the state while the replica is not ready (joining, or a hole)."""
-        settle = self._settle()
-        if not self.replica.ready and settle:
-            await trio.sleep(settle)
+    def _cut_moved(self) -> None:
+        self._server.notify()
+        self._moved.set()
+        self._moved = trio.Event()
+
+    def _lose_ready(self) -> None:
+        if self._ready.is_set():
+            self._ready = trio.Event()
+        self._server.notify()
+        self._wake.set()
+
+    def _resume(self) -> bool:
+        """Ready with the state held (and what was buffered meanwhile)."""
+        try:
+            applied = self.replica.resume()
+        except ValueError:  # the buffer overflowed
+            self._must_fetch = True
+            return False
+        self._complete(applied)
+        if not self.replica.ready:  # a hole in what was buffered
+            self._must_fetch = True
+            return False
+        self._decided = True
+        self._ready.set()
+        self._cut_moved()
+        return True
+
+    async def _ready_loop(self) -> None:
+        """Make the replica ready, and again whenever it stops being ready
+        (a hole, an audit, the token ring's node out of the view)."""
         while True:
-            if self.replica.ready:
-                self._ready.set()
+            if self._ready.is_set():
+                with trio.move_on_after(0.2):
+                    await self._wake.wait()
                 self._wake = trio.Event()
-                await self._wake.wait()
+                if self._ready.is_set() and not self._in_view():
+                    # Out of the view (token ring): what it delivers after
+                    # rejoining does not follow what it applied.
+                    self.replica.suspend()
+                    self._must_fetch = True
+                    self._lose_ready()
                 continue
+            await self._become_ready()
+
+    async def _become_ready(self) -> None:
+        """One step towards ready (docs/rsm.md, *Ready*)."""
+        if not self._in_view():
+            await trio.sleep(0.05)
+            return
+        if self.replica.ready and self._decided:
+            self._ready.set()
+            self._server.notify()
+            return
+        if self._must_fetch or self.replica.hole:
+            if self.config.joining is True and not self.transfers:
+                await self._settle()
             if self._ring and self.replica.needed() is None:
                 # Nothing delivered yet: wait a little for the first delivery
                 # (the snapshot must reach it), then take any.
                 with trio.move_on_after(1.0):
                     while self.replica.needed() is None:
                         await trio.sleep(0.01)
-            if await self._fetch():
-                continue
-            await trio.sleep(0.2)
+            if not await self._fetch():
+                await trio.sleep(0.2)
+            return
+        if self._decided:
+            self._resume()
+            return
+        # The start rule: is the state restored from disk the group's?
+        answers = await self._ask_all(())
+        ready = {p: s for p, s in answers.items() if s is not None and s.ready}
+        if ready:
+            if await self._settle():
+                return  # ask again, after EpTO's in-flight events arrived
+            best = max(ready.values(), key=lambda s: (s.cut is not None, s.cut or (0, 0, 0)))
+            if self.replica.reaches(best.cut, best.digest):
+                self._resume()
+            else:
+                self._must_fetch = True
+            return
+        answered = [s for s in answers.values() if s is not None]
+        mine = self.replica.cut
+        behind = any(s.cut is not None and (mine is None or s.cut > mine) for s in answered)
+        if len(answered) + 1 >= self._commits.majority and not behind:
+            # A group starting (or restarting) together: nobody is ready yet,
+            # and a majority says nobody is ahead of this replica.
+            self._resume()
+            return
+        await trio.sleep(0.2)
 
-    def _settle(self) -> float:
+    async def _settle(self) -> bool:
+        """EpTO: wait, once, until ``join_settle`` after start (events
+        broadcast before this start reach the others, not it, and a state
+        fetched must be past them); whether it waited."""
         if self._ring:
-            return 0.0
+            return False
+        left = self._started + self._settle_time() - trio.current_time()
+        if left <= 0:
+            return False
+        await trio.sleep(left)
+        return True
+
+    def _settle_time(self) -> float:
         if self.config.join_settle is not None:
             return self.config.join_settle
         protocol = self.node_config.protocol_config()
         return 2 * (protocol.ttl + 2) * protocol.round_interval
 
+    # -- asking peers -------------------------------------------------------------------
+
+    async def _ask(
+        self,
+        pid: ProcessId,
+        cuts: Sequence[OrderKey | None],
+        wait: float = 0.0,
+    ) -> PeerState | None:
+        """One peer's state (None: unreachable within ``probe_timeout``)."""
+        try:
+            state = await fetch_state(
+                self._peers[pid],
+                list(cuts),
+                wait=wait,
+                timeout=self.config.probe_timeout + wait,
+                key=self._transfer_key,
+            )
+        except TransferError:
+            return None
+        self._heard[pid] = trio.current_time()
+        return state
+
+    async def _ask_all(
+        self, cuts: Sequence[OrderKey | None], wait: float = 0.0
+    ) -> dict[ProcessId, PeerState | None]:
+        """Every peer's state, asked in parallel."""
+        answers: dict[ProcessId, PeerState | None] = {}
+
+        async def one(pid: ProcessId) -> None:
+            answers[pid] = await self._ask(pid, cuts, wait)
+
+        async with trio.open_nursery() as nursery:
+            for pid in self._peers:
+                nursery.start_soon(one, pid)
+        return answers
+
+    # -- fetching the state -------------------------------------------------------------
+
     async def _fetch(self) -> bool:
-        cfg = self.config
-        peers = [a for p, a in cfg.peers.items() if p != self.node_config.pid]
+        """Fetch the state from a ready peer whose cut reaches what this
+        replica buffered, the highest first; confirm its digest with the
+        other ready peers; restore."""
+        answers = await self._ask_all(())
         need = self.replica.needed()
-        for i, address in enumerate(peers):
+        ready = [(s.cut, pid) for pid, s in answers.items() if s is not None and s.ready]
+        ready.sort(key=lambda c: (c[0] is not None, c[0] or (0, 0, 0), -c[1]), reverse=True)
+        candidates = [
+            (cut, pid) for cut, pid in ready if need is None or (cut is not None and cut >= need)
+        ]
+        if not candidates:
+            # No ready peer there yet: the one furthest on waits for the cut.
+            candidates = ready[:1]
+        cfg = self.config
+        for _, pid in candidates:
             try:
                 snapshot = await fetch_snapshot(
-                    address,
+                    self._peers[pid],
                     need,
                     timeout=cfg.transfer_timeout,
                     max_bytes=cfg.max_snapshot_bytes,
                     key=self._transfer_key,
                 )
-                if not await self._confirmed(snapshot, peers[:i] + peers[i + 1 :]):
+                if not await self._confirmed(snapshot, pid):
                     self.transfer_failures += 1
                     continue
-                async with self._applying:
-                    self.replica.check_restorable(snapshot)
-                    # The machine's restore in a worker thread: it takes seconds
-                    # for a large state, and the node must keep answering the
-                    # group. The replica's own bookkeeping (cut, digests, buffer)
-                    # stays in this thread, where the audits and the transfer
-                    # server read it.
-                    await trio.to_thread.run_sync(self.machine.restore, snapshot.state)
-                    restored = self.replica.restore(snapshot, state_restored=True)
-                    self._complete(restored)
-                    held, self._held_calls = self._held_calls, set()
-                    self._complete_unknown(held)
-                    if self.config.on_applied is not None:
-                        self.config.on_applied()
-                    # The buffered commands were applied without being logged:
-                    # save the state as the base the log continues.
-                    await self._snapshot_to_disk()
-                if snapshot.cut is not None and not self._ring:
-                    # An EpTO newcomer in an idle group has seen no timestamp:
-                    # its next commands must come after what the group applied.
-                    self._node.advance_clock(snapshot.cut[0])
+                await self._restore(snapshot)
             except (TransferError, ValueError):
                 self.transfer_failures += 1
                 continue
@@ -375,34 +604,113 @@ class ReplicatedNode:
             return True
         return False
 
-    async def _confirmed(self, snapshot: Snapshot, others: list[Address]) -> bool:
-        """Whether another replica confirms ``snapshot``'s digest at its cut
-        and fewer contradict it than confirm it (with no other replica to ask,
-        the provider's word is taken)."""
-        if not others:
+    async def _restore(self, snapshot: Snapshot) -> None:
+        async with self._applying:
+            self.replica.check_restorable(snapshot)
+            # The machine's restore in a worker thread: it takes seconds
+            # for a large state, and the node must keep answering the
+            # group. The replica's own bookkeeping (cut, digests, buffer)
+            # stays in this thread, where the audits and the transfer
+            # server read it.
+            await trio.to_thread.run_sync(self.machine.restore, snapshot.state)
+            restored = self.replica.restore(snapshot, state_restored=True)
+            self._fetched_cut = snapshot.cut
+            self._commits.reset()
+            self._verdicts = AuditVerdicts()
+            self._complete(restored)
+            held, self._held_calls = self._held_calls, set()
+            self._complete_unknown(held)
+            if self.config.on_applied is not None:
+                self.config.on_applied()
+            # The buffered commands were applied without being logged:
+            # save the state as the base the log continues.
+            await self._snapshot_to_disk()
+            if self.replica.ready:
+                self._must_fetch = False
+                self._decided = True
+                self._ready.set()
+            self._cut_moved()
+        if snapshot.cut is not None and not self._ring:
+            # An EpTO newcomer in an idle group has seen no timestamp:
+            # its next commands must come after what the group applied.
+            self._node.advance_clock(snapshot.cut[0])
+
+    async def _confirmed(self, snapshot: Snapshot, provider: ProcessId) -> bool:
+        """Whether the other ready replicas confirm ``snapshot``'s digest at
+        its cut: at least one confirms and fewer contradict it than confirm
+        it; with no other ready replica to ask, the provider's word is taken."""
+        if snapshot.cut is None:
             return True
-        confirm = contradict = 0
-        for address in others:
-            try:
-                digest = await fetch_digest(
-                    address,
-                    snapshot.cut,
-                    timeout=self.config.transfer_timeout,
-                    key=self._transfer_key,
-                )
-            except TransferError:
-                continue
-            if digest is None:
-                continue
-            if digest == snapshot.digest:
+        confirm = contradict = ready = 0
+
+        async def one(pid: ProcessId) -> None:
+            nonlocal confirm, contradict, ready
+            state = await self._ask(pid, [snapshot.cut], wait=1.0)
+            if state is None or not state.ready:
+                return
+            ready += 1
+            if state.at[0] is None:
+                return
+            if state.at[0] == snapshot.digest:
                 confirm += 1
             else:
                 contradict += 1
-            if confirm > contradict:
-                break
+
+        async with trio.open_nursery() as nursery:
+            for pid in self._peers:
+                if pid != provider:
+                    nursery.start_soon(one, pid)
+        if not ready:
+            return True
         return confirm >= 1 and contradict < confirm
 
-    # -- audits -------------------------------------------------------------------------
+    # -- confirmations and audits -------------------------------------------------------
+
+    async def _peer_loop(self, pid: ProcessId, address: Address) -> None:
+        """Ask one peer for its state: at once while calls wait for their
+        majority (its digest at this replica's cut, and at orphans' cuts),
+        else every third of ``quorum_timeout`` (for ``status().quorum``)."""
+        idle = self.config.quorum_timeout / 3
+        failures = 0
+        while True:
+            if not len(self._commits):
+                with trio.move_on_after(idle):
+                    await self._work.wait()
+            waiting = bool(len(self._commits))
+            cut = self.replica.cut
+            orphans = self._commits.orphans(self.replica, MAX_CUTS - 1) if waiting else []
+            if waiting and not orphans and cut is not None and self._commits.upto(pid) == cut:
+                # It holds all this replica has: ask again once the cut moves.
+                moved = self._moved
+                with trio.move_on_after(idle):
+                    await moved.wait()
+                continue
+            asked: list[OrderKey | None] = [cut, *orphans]
+            state = await self._ask(pid, asked, wait=0.5 if waiting else 0.0)
+            if state is None:
+                failures += 1
+                await trio.sleep(min(0.5, 0.01 * 2**failures))
+                continue
+            failures = 0
+            if not state.ready or not self._ready.is_set() or self.replica.cut is None:
+                await trio.sleep(0.05)
+                continue
+            verdict = self._commits.record(
+                pid, self.replica, asked, state.cut, state.digest, state.at
+            )
+            self._release()
+            if verdict is not None:
+                self._verdict(address, verdict)
+            if orphans or (waiting and self._commits.upto(pid) != cut):
+                await trio.sleep(0.02)  # not confirmed: do not spin on it
+
+    def _verdict(self, address: Address, matches: bool) -> None:
+        self.audits += 1
+        self.contradictions += not matches
+        if self._verdicts.record(address, matches):
+            self.replica.resync()
+            self._must_fetch = True
+            self._lose_ready()
 
     async def _audit_loop(self) -> None:
         """Compare this replica's digest with the peers', one peer per
@@ -410,16 +718,12 @@ class ReplicatedNode:
         comparable verdicts, more peers contradict it than confirm it (two at
         least)."""
         cfg = self.config
-        peers = [a for p, a in sorted(cfg.peers.items()) if p != self.node_config.pid]
-        verdicts = AuditVerdicts()
+        peers = list(self._peers.values())
         turn = 0
-        transfers = self.transfers
         while True:
             await trio.sleep(cfg.audit_interval)
-            if not self.replica.ready or not peers:
+            if not self._ready.is_set() or not peers:
                 continue
-            if transfers != self.transfers:  # verdicts on a state since replaced
-                verdicts, transfers = AuditVerdicts(), self.transfers
             address = peers[turn % len(peers)]
             turn += 1
             try:
@@ -428,41 +732,50 @@ class ReplicatedNode:
                 )
             except TransferError:
                 continue
-            if latest is None:
+            if latest is None or not self._ready.is_set():
                 continue
             verdict = self.replica.compare(*latest)
             if verdict is None:
                 continue  # that cut is not in our recent history (yet)
-            self.audits += 1
-            self.contradictions += not verdict
-            if verdicts.record(address, verdict):
-                self.replica.resync()
-                self._wake.set()
+            self._verdict(address, verdict)
 
     # -- status -------------------------------------------------------------------------
+
+    def _quorum(self, stats: Any) -> bool | None:
+        if self._ring:
+            if stats is None:
+                return None
+            quorum = getattr(stats, "quorum", None)
+            return None if quorum is None else bool(quorum)
+        if not self._peers:
+            others = set(self.node_config.members) - {self.node_config.pid}
+            return None if others else True
+        now = trio.current_time()
+        heard = sum(1 for t in self._heard.values() if now - t <= self.config.quorum_timeout)
+        return heard + 1 >= self._commits.majority
 
     def status(self) -> ReplicaStatus:
         replica = self.replica
         stats = self._node.statistics() if self._node is not None else None
         members: tuple[ProcessId, ...] = ()
-        quorum = None
         if stats is not None and self._ring:
             members = tuple(stats.members)
-            quorum = len(stats.core) > len(stats.members) // 2
         elif stats is not None:
             members = tuple(self.node_config.members)
         waiting = stats.delivery_queue if stats is not None else 0
+        ready = self._ready.is_set()
         return ReplicaStatus(
-            ready=replica.ready,
-            caught_up=replica.ready and not waiting,
+            ready=ready,
+            caught_up=ready and not waiting,
             applied=replica.applied,
             cut=replica.cut,
             digest=replica.digest.hex(),
             members=members,
-            quorum=quorum,
+            quorum=self._quorum(stats),
             snapshots_taken=self.snapshots_taken,
             transfers=self.transfers,
             transfer_failures=self.transfer_failures,
             audits=self.audits,
             contradictions=self.contradictions,
+            confirmed=self._commits.confirmed(replica) if self._majority else None,
         )

@@ -45,7 +45,7 @@ class ZmqReplica:
         self, machine: StateMachine, node: NodeConfig, config: ReplicaConfig | None = None
     ) -> None:
         self.config = cfg = config if config is not None else ReplicaConfig()
-        if cfg.joining:
+        if cfg.joining is True:
             raise ConfigurationError("ZmqReplica: state transfer (joining) needs the trio driver")
         if node.resolved_mode() != "epto":
             raise ConfigurationError("ZmqReplica runs EpTO (the ZeroMQ node's engine)")

@@ -26,7 +26,8 @@ Rules:
   snapshot's cut. Deliveries at or below the cut are skipped: never applied
   twice.
 * **Holes.** With ``contiguous=True`` (the token ring, whose ``ts`` are
-  consecutive positions) a delivery that does not follow the cut is a hole:
+  consecutive positions from 0) a delivery that does not follow the cut (an
+  empty replica: that is not position 0) is a hole:
   the replica stops applying and buffers (:attr:`Replica.hole`), to be
   restored like a newcomer. Without it (EpTO), a hole shows as a digest that
   differs from another replica's at the same cut (:meth:`Replica.compare`).
@@ -135,7 +136,7 @@ class Replica:
         cut = self.cut
         if cut is not None and key <= cut:
             return None  # covered by the state already
-        if self._contiguous and cut is not None and key[0] != cut[0] + 1:
+        if self._contiguous and key[0] != (0 if cut is None else cut[0] + 1):
             self.ready = False
             self.hole = True
             self._keep(event)
@@ -229,6 +230,58 @@ class Replica:
         we did not apply that cut, or it left our history)."""
         mine = self.digest_at(cut)
         return None if mine is None else mine == digest
+
+    def suspend(self) -> None:
+        """Stop applying and buffer (a replica that must first learn whether
+        its state is the group's): :meth:`resume` or :meth:`restore` next."""
+        self.ready = False
+
+    def resume(self) -> list[Applied]:
+        """Apply from the state already held: the buffered deliveries after
+        the cut; the commands applied. Raises ``ValueError`` after an
+        overflow (the buffer lost deliveries: only a snapshot will do). A
+        buffered delivery that does not follow the cut (``contiguous``) is a
+        hole again (:attr:`ready` stays False)."""
+        if self.overflowed:
+            raise ValueError("the buffer overflowed: the state must be fetched")
+        self.ready = True
+        self.hole = False
+        buffered, self._buffer = self._buffer, deque()
+        out = []
+        for event in buffered:
+            applied = self.deliver(Delivery(event=event))
+            if applied is not None:
+                out.append(applied)
+        return out
+
+    def reaches(self, cut: OrderKey | None, digest: bytes | None) -> bool:
+        """Whether this replica's state, followed by what it buffered, holds
+        the prefix another replica names by ``(cut, digest)``: its own digest
+        there, or the chain over the buffered deliveries up to ``cut``, equals
+        ``digest`` (an unknown digest, None, compares by the cut alone)."""
+        if cut is None:
+            return True
+        own = self.cut
+        if own is not None and cut <= own:
+            mine = self.digest_at(cut)
+            if mine is None:
+                # Not a cut applied here: within the recent history, a command
+                # this replica lacks; older, unknown (taken as held).
+                return not self._keys or cut < self._keys[0]
+            return digest is None or mine == digest
+        if self.overflowed:
+            return False
+        chained, last = self.digest, own
+        for event in self._buffer:
+            key = order_key(event)
+            if last is not None and key <= last:
+                continue
+            if self._contiguous and key[0] != (0 if last is None else last[0] + 1):
+                return False
+            chained, last = chain(chained, key), key
+            if key >= cut:
+                break
+        return last == cut and (digest is None or chained == digest)
 
     def resync(self) -> None:
         """Stop applying and buffer until :meth:`restore` (a hole was found)."""

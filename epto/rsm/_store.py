@@ -39,6 +39,9 @@ class StoredSnapshot:
     log_index: int
     """Delivery-log records below this index are in the snapshot."""
     path: Path
+    member: int | None = None
+    """The replica (process id) that saved it, if it said (its log indexes
+    are that member's log's)."""
 
 
 def _fsync_dir(path: Path) -> None:
@@ -63,19 +66,21 @@ class SnapshotStore:
         for leftover in self.directory.glob("*.tmp"):
             leftover.unlink()
 
-    def save(self, snapshot: Snapshot, log_index: int) -> Path:
-        """Write ``snapshot`` durably; delete the snapshots beyond ``keep``."""
+    def save(self, snapshot: Snapshot, log_index: int, *, member: int | None = None) -> Path:
+        """Write ``snapshot`` durably (``member``: the id of the replica whose
+        log ``log_index`` counts in); delete the snapshots beyond ``keep``."""
         state = snapshot.state
-        header = json.dumps(
-            {
-                "cut": None if snapshot.cut is None else list(snapshot.cut),
-                "applied": snapshot.applied,
-                "digest": snapshot.digest.hex(),
-                "log_index": log_index,
-                "size": len(state),
-                "sha256": hashlib.sha256(state).hexdigest(),
-            }
-        ).encode()
+        fields: dict[str, object] = {
+            "cut": None if snapshot.cut is None else list(snapshot.cut),
+            "applied": snapshot.applied,
+            "digest": snapshot.digest.hex(),
+            "log_index": log_index,
+            "size": len(state),
+            "sha256": hashlib.sha256(state).hexdigest(),
+        }
+        if member is not None:
+            fields["member"] = member
+        header = json.dumps(fields).encode()
         name = f"snap-{snapshot.applied:016d}-{log_index:016d}.epsnap"
         final = self.directory / name
         tmp = self.directory / (name + ".tmp")
@@ -128,7 +133,13 @@ class SnapshotStore:
                 digest=bytes.fromhex(header["digest"]),
                 state=state,
             )
-            return StoredSnapshot(snapshot=snapshot, log_index=int(header["log_index"]), path=path)
+            member = header.get("member")
+            return StoredSnapshot(
+                snapshot=snapshot,
+                log_index=int(header["log_index"]),
+                path=path,
+                member=None if member is None else int(member),
+            )
         except (OSError, ValueError, KeyError, TypeError, IndexError):
             self.corrupt += 1
             return None

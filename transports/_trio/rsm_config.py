@@ -4,6 +4,7 @@ trio node (:class:`~epto.transports.trio_rsm.ReplicatedNode`)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Literal
 
 import attrs
 
@@ -11,7 +12,14 @@ from epto import ConfigurationError, EptoError, ProcessId
 from epto.endpoint import Address, parse_host_port
 from epto.rsm import CommandCodec, CommandFailed, JsonCodec, OrderKey
 
-__all__ = ["CommandFailedError", "ReplicaConfig", "ReplicaStatus", "ResultUnavailableError"]
+__all__ = [
+    "CommandFailedError",
+    "CommandTimeoutError",
+    "ReplicaConfig",
+    "ReplicaNotReadyError",
+    "ReplicaStatus",
+    "ResultUnavailableError",
+]
 
 
 class CommandFailedError(EptoError):
@@ -30,6 +38,18 @@ class ResultUnavailableError(EptoError):
     effect once, at its place in the order, like every other."""
 
 
+class ReplicaNotReadyError(EptoError):
+    """The replica is not ready (docs/rsm.md, *Ready*): it has not yet
+    restored its own state, confirmed with a ready peer that nothing is
+    missing, fetched what it lacks, or (token ring) entered the view. Nothing
+    was broadcast: the call can be retried once ``wait_ready()`` returns."""
+
+
+class CommandTimeoutError(TimeoutError):
+    """A command was not acknowledged within the timeout. It may still take
+    effect (it was broadcast): the outcome is unknown, not a failure."""
+
+
 @attrs.frozen(kw_only=True)
 class ReplicaConfig:
     """How a :class:`ReplicatedNode` keeps, shares and fetches its state."""
@@ -46,8 +66,34 @@ class ReplicaConfig:
     """Where this replica serves its state to newcomers (TCP)."""
     peers: Mapping[ProcessId, Address] = attrs.field(factory=dict)
     """Other replicas' transfer addresses (a newcomer fetches from them)."""
-    joining: bool = False
-    """Start empty and fetch the state from ``peers`` (a late joiner)."""
+    joining: bool | Literal["auto"] = "auto"
+    """How the replica's state at start is found to be the group's
+    (docs/rsm.md, *Ready*). ``"auto"``: restore the local state (``data_dir``,
+    under this replica's id), then, with ``peers``, ask them before applying
+    anything: ready at once if a ready peer's latest cut is one this state
+    (and what it buffered meanwhile) already holds, else fetch from a ready
+    peer; with no ready peer, ready once a majority of ``peers`` plus itself
+    answered and none is ahead of it (a group starting or restarting
+    together). Without ``peers``: ready after the local recovery.
+    ``True``: discard the local data and fetch (a late joiner). ``False``:
+    ready after the local recovery, never ask (the first replica of a group,
+    or one the application knows is whole)."""
+    acknowledge: Literal["majority", "local"] | None = None
+    """When ``call`` returns (docs/rsm.md, *Acknowledgement*).
+    ``"majority"`` (EpTO's default): once a majority of the replicas
+    (``peers`` plus itself) confirmed a cut at or past the command with the
+    same digest there. ``"local"`` (the token ring's default, whose positions
+    are final once delivered): once applied here; on EpTO an acknowledged
+    command can then be lost (a replica cut off from the group applies its
+    own commands, which the group never orders, and its audits later replace
+    its state). None: the engine's default."""
+    probe_timeout: float = 2.0
+    """Seconds one question to a peer (is it ready, its cut, its digests)
+    may take before that peer counts as unreachable for it."""
+    quorum_timeout: float = 3.0
+    """EpTO with ``peers``: ``status().quorum`` is true while a majority of
+    ``peers`` plus itself answered within this many seconds (idle, each peer
+    is asked every third of it)."""
     join_settle: float | None = None
     """EpTO: seconds a newcomer waits before fetching (None: 2 x (TTL + 2) rounds)."""
     audit_interval: float = 5.0
@@ -72,12 +118,19 @@ class ReplicaConfig:
         parse_host_port(self.transfer_bind)
         for address in self.peers.values():
             parse_host_port(address)
+        if self.joining not in (True, False, "auto"):
+            raise ConfigurationError("ReplicaConfig.joining: True, False or 'auto'")
+        if self.acknowledge not in (None, "majority", "local"):
+            raise ConfigurationError("ReplicaConfig.acknowledge: 'majority', 'local' or None")
+        if not self.probe_timeout > 0 or not self.quorum_timeout > 0:
+            raise ConfigurationError("ReplicaConfig: probe_timeout and quorum_timeout > 0")
 
 
 @attrs.frozen(kw_only=True)
 class ReplicaStatus:
     ready: bool
-    """The state is the group's (a newcomer: after its transfer)."""
+    """The state is the group's (docs/rsm.md, *Ready*): in the view, its own
+    state restored, what it lacked fetched from a ready peer."""
     caught_up: bool
     """Ready, and nothing delivered waits to be applied."""
     applied: int
@@ -85,8 +138,11 @@ class ReplicaStatus:
     digest: str
     members: tuple[ProcessId, ...]
     quorum: bool | None
-    """Token ring: whether the core holds a majority of the view's members
-    (deliveries progress); None for EpTO."""
+    """Whether this member hears a majority of its group now. Token ring: the
+    node's own verdict (its statistics' ``quorum``; None where the node does
+    not give one). EpTO with ``peers``: a majority of ``peers`` plus itself
+    answered within ``quorum_timeout``. None: not known (EpTO without
+    ``peers`` in a group of several)."""
     snapshots_taken: int
     transfers: int
     """States fetched (joining, or after a hole)."""
@@ -95,3 +151,7 @@ class ReplicaStatus:
     contradictions: int
     """Audits a peer's digest contradicted."""
     transfer_failures: int
+    confirmed: OrderKey | None = None
+    """The highest cut a majority of the replicas confirmed with this
+    replica's digest there (EpTO, ``acknowledge="majority"``; else None): a
+    call whose command is at or below it has returned."""

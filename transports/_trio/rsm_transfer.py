@@ -5,13 +5,27 @@ Every message is a 4-byte big-endian length and a JSON object; a snapshot's
 state follows its header as raw bytes, in chunks. Requests:
 
 * ``{"op": "snapshot", "need": KEY | null}``: the server waits (at most
-  ``wait`` seconds) until its replica is ready and its cut reaches ``need``,
-  then answers ``{"cut", "applied", "digest", "size", "sha256"}`` and the state.
+  ``wait`` seconds) until its cut reaches ``need``, then answers ``{"cut",
+  "applied", "digest", "size", "sha256"}`` and the state.
 * ``{"op": "digest", "cut": KEY | null}``: the server waits (at most ``wait``)
   until its cut reaches ``cut``, then answers ``{"digest": HEX | null}``
   (null: that cut left its history).
 * ``{"op": "latest"}``: ``{"cut": KEY | null, "digest": HEX}``, at once (an
-  audit; a replica that is not ready answers ``{"error": ...}``).
+  audit).
+* ``{"op": "state", "cuts": [KEY | null, ...], "wait": SECONDS}`` (at most
+  :data:`MAX_CUTS` cuts, ``wait`` at most :data:`MAX_STATE_WAIT`): the server
+  waits at most ``wait`` seconds until its cut reaches the first of ``cuts``,
+  then answers ``{"ready": BOOL, "cut": KEY | null, "digest": HEX | null,
+  "at": [HEX | null, ...]}``: whether it is ready, its latest cut and digest,
+  and its digest at each of ``cuts`` (null: not one of its recent cuts). The
+  confirmations of a call's cut (docs/rsm.md, *Acknowledgement*), the start
+  of a restarted replica and the choice of a provider all ask this.
+
+A replica that is not ready answers every request at once, never holding
+the connection: ``{"error": "not ready"}`` to ``snapshot`` and ``latest``,
+``{"digest": null, "ready": false}`` to ``digest``, and ``state`` with
+``"ready": false`` and its own cut (a replica recovering from its disk says
+how far its local state goes; it serves nothing).
 
 A request is at most :data:`MAX_REQUEST` bytes; the server serves at most
 ``max_connections`` connections at once and bounds each by ``wait`` plus the
@@ -36,6 +50,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import attrs
 import trio
 
 from epto.endpoint import Address, parse_host_port
@@ -45,6 +60,10 @@ from .rsm_channel import ChannelError, ExactReader, SealedStream, TransferKey
 
 MAX_REQUEST = 4096
 CHUNK = 1 << 16
+MAX_CUTS = 16
+"""Cuts one ``state`` request may ask about."""
+MAX_STATE_WAIT = 1.0
+"""Seconds a ``state`` request may ask the server to wait for its cut."""
 
 
 class TransferError(Exception):
@@ -61,6 +80,62 @@ def _key(value: Any) -> OrderKey | None:
     ):
         raise TransferError(f"not an order key: {value!r}"[:100])
     return (value[0], value[1], value[2])
+
+
+def _digest(value: Any) -> bytes | None:
+    """A 16-byte digest sent as 32 hex characters, or None for null."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) != 32:
+        raise TransferError(f"not a digest: {value!r}"[:100])
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        raise TransferError(f"not a digest: {value!r}"[:100]) from None
+
+
+def _cuts(value: Any) -> list[OrderKey | None]:
+    if not isinstance(value, list) or len(value) > MAX_CUTS:
+        raise TransferError(f"at most {MAX_CUTS} cuts")
+    return [_key(v) for v in value]
+
+
+def _wait(value: Any) -> float:
+    if value is None:
+        return 0.0
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0:
+        raise TransferError(f"not a wait: {value!r}"[:100])
+    return min(float(value), MAX_STATE_WAIT)
+
+
+@attrs.frozen(kw_only=True)
+class PeerState:
+    """A peer's answer to ``state``: whether it is ready, its latest cut and
+    digest, and its digests at the cuts asked about (None: not known there)."""
+
+    ready: bool
+    cut: OrderKey | None
+    digest: bytes | None
+    at: tuple[bytes | None, ...] = ()
+
+
+def decode_state(answer: dict[str, Any], asked: int) -> PeerState:
+    """The :class:`PeerState` in a server's answer to a ``state`` request
+    about ``asked`` cuts; :class:`TransferError` for anything else."""
+    if "error" in answer:
+        raise TransferError(f"the peer answered an error: {answer['error']!r}"[:200])
+    ready = answer.get("ready")
+    at = answer.get("at")
+    if not isinstance(ready, bool):
+        raise TransferError("a state answer without 'ready'")
+    if not isinstance(at, list) or len(at) != asked:
+        raise TransferError(f"a state answer with other than {asked} digests")
+    return PeerState(
+        ready=ready,
+        cut=_key(answer.get("cut")),
+        digest=_digest(answer.get("digest")),
+        at=tuple(_digest(v) for v in at),
+    )
 
 
 def _peer_closed(got: int) -> TransferError:
@@ -133,6 +208,13 @@ class TransferServer:
         self._key = key
         self.refused: dict[str, int] = {}
         self.served = 0
+        self._moved = trio.Event()
+
+    def notify(self) -> None:
+        """The replica's cut or readiness changed: requests waiting for a cut
+        look again (the replica calls this after applying)."""
+        self._moved.set()
+        self._moved = trio.Event()
 
     def _refuse(self, why: str) -> None:
         self.refused[why] = self.refused.get(why, 0) + 1
@@ -160,6 +242,9 @@ class TransferServer:
                         await self._serve_digest(channel, _key(request.get("cut")))
                     elif op == "latest":
                         await self._serve_latest(channel)
+                    elif op == "state":
+                        cuts = _cuts(request.get("cuts"))
+                        await self._serve_state(channel, cuts, _wait(request.get("wait")))
                     else:
                         self._refuse("bad-request")
             except ChannelError as exc:
@@ -169,17 +254,25 @@ class TransferServer:
             except (trio.BrokenResourceError, OSError):
                 self._refuse("broken")
 
-    async def _reached(self, need: OrderKey | None) -> bool:
-        """Wait until the replica is ready and its cut reaches ``need``."""
-        with trio.move_on_after(self._wait):
-            while True:
+    async def _reached(self, need: OrderKey | None, wait: float | None = None) -> bool:
+        """Wait (at most ``wait``, default the server's) until the replica's
+        cut reaches ``need``; False at once while the replica is not ready:
+        a replica that recovers or fetches its own state answers at once
+        instead of holding the asker."""
+        with trio.move_on_after(self._wait if wait is None else wait):
+            while self._ready():
                 cut = self._cut()
-                if self._ready() and (need is None or (cut is not None and cut >= need)):
+                if need is None or (cut is not None and cut >= need):
                     return True
-                await trio.sleep(0.01)
+                moved = self._moved
+                with trio.move_on_after(0.25):  # a replica may skip notify
+                    await moved.wait()
         return False
 
     async def _serve_snapshot(self, stream: trio.abc.Stream, need: OrderKey | None) -> None:
+        if not self._ready():
+            await _send(stream, {"error": "not ready"})
+            return
         snapshot = await self._snapshot() if await self._reached(need) else None
         if snapshot is None:
             await _send(stream, {"error": "not reached"})
@@ -201,8 +294,30 @@ class TransferServer:
         self.served += 1
 
     async def _serve_digest(self, stream: trio.abc.Stream, cut: OrderKey | None) -> None:
+        if not self._ready():
+            await _send(stream, {"digest": None, "ready": False})
+            return
         digest = self._digest_at(cut) if await self._reached(cut) else None
         await _send(stream, {"digest": None if digest is None else digest.hex()})
+
+    async def _serve_state(
+        self, stream: trio.abc.Stream, cuts: list[OrderKey | None], wait: float
+    ) -> None:
+        if cuts and wait > 0:
+            await self._reached(cuts[0], wait)
+        ready = self._ready()
+        cut = self._cut()
+        digest = self._digest_at(cut)
+        at = [self._digest_at(c) if ready else None for c in cuts]
+        await _send(
+            stream,
+            {
+                "ready": ready,
+                "cut": None if cut is None else list(cut),
+                "digest": None if digest is None else digest.hex(),
+                "at": [None if d is None else d.hex() for d in at],
+            },
+        )
 
     async def _serve_latest(self, stream: trio.abc.Stream) -> None:
         if not self._ready():
@@ -295,5 +410,34 @@ async def fetch_latest(
                 if "error" in answer or answer.get("digest") is None:
                     return None
                 return _key(answer.get("cut")), bytes.fromhex(str(answer["digest"]))
+    except _BROKEN as exc:
+        raise TransferError(f"{address}: {type(exc).__name__}: {exc}"[:200]) from None
+
+
+async def fetch_state(
+    address: Address,
+    cuts: list[OrderKey | None] | tuple[OrderKey | None, ...] = (),
+    *,
+    wait: float = 0.0,
+    timeout: float,
+    key: TransferKey | None = None,
+) -> PeerState:
+    """Whether the replica at ``address`` is ready, its latest cut and
+    digest, and its digests at ``cuts`` (at most :data:`MAX_CUTS`), once its
+    cut reaches the first of them or ``wait`` seconds passed."""
+    if len(cuts) > MAX_CUTS:
+        raise ValueError(f"at most {MAX_CUTS} cuts per request")
+    try:
+        with trio.fail_after(timeout):
+            async with _connect(address, key) as stream:
+                await _send(
+                    stream,
+                    {
+                        "op": "state",
+                        "cuts": [None if c is None else list(c) for c in cuts],
+                        "wait": min(wait, MAX_STATE_WAIT),
+                    },
+                )
+                return decode_state(await _Reader(stream).message(MAX_REQUEST), len(cuts))
     except _BROKEN as exc:
         raise TransferError(f"{address}: {type(exc).__name__}: {exc}"[:200]) from None
