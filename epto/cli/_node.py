@@ -412,6 +412,8 @@ def _status(node: Any) -> dict[str, Any]:
             instance=stats.instance,
             core=list(stats.core),
             members=list(stats.members),
+            quorum=stats.quorum,
+            incarnation=stats.incarnation,
         )
     return status
 

@@ -28,8 +28,10 @@ are charged to ``max_unstable_bytes`` by the holder."""
 CONSENSUS_FIXED_OVERHEAD = 1024
 """Bytes of a consensus message besides the unstable messages, as the frame
 check counts them: ballots, counters, the token state's header. Member,
-source and start lists take 8 to 32 bytes per identity on top; the default
-budgets leave over 100 KiB of a 1 MiB frame for them."""
+source, start and incarnation lists take 8 to 44 bytes per identity on top
+(the incarnation list also names up to 64 members that left the view, 12
+bytes each); the default budgets leave over 100 KiB of a 1 MiB frame for
+them."""
 
 
 def _identities(value: Iterable[ProcessId] | None) -> frozenset[ProcessId] | None:

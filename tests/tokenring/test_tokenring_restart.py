@@ -18,9 +18,21 @@ import pytest
 from epto.transports.simulation import TokenRingCluster
 from tokenring_scenarios import agreement_violations
 
+from epto import Event, Limits
+from epto._codec import FrameCodec
+from epto._incarnation import MAX_INCARNATION
 from epto.check import check
-from epto.tokenring import TokenRingConfig, TokenRingProcess
-from epto.tokenring._messages import Message
+from epto.tokenring import TokenRingConfig, TokenRingProcess, token_ring_registry
+from epto.tokenring._messages import (
+    Data,
+    DataBatch,
+    Decided,
+    Heartbeat,
+    Join,
+    Message,
+    RingConfig,
+    TokenState,
+)
 
 
 class RestartNet:
@@ -260,3 +272,49 @@ def test_quorum_is_false_when_cut_off_and_true_again_after_healing() -> None:
     cluster.run_until(3.0 + cfg.suspect_timeout)
     assert cluster.procs[0].statistics().quorum
     assert agreement_violations(cluster) == []
+
+
+def test_frames_of_the_earlier_incarnation_are_refused_and_counted() -> None:
+    net = RestartNet(3, CFG, seed=11)
+    _steady(net, 1.0)
+    old = net.crash(2)
+    net.restart(2)
+    _steady(net, 3.0)
+    member = net.procs[0]
+    assert member.config.incarnation_of(2) == 1
+    before = dict(member.rejected)
+    stale = [
+        Heartbeat(instance=member.config.instance, delivered=0, incarnation=0),
+        Join(incarnation=0),
+        Data(event=Event(source=2, seq=7, ts=0, payload=b"old")),
+        DataBatch(events=(Event(source=2, seq=8, ts=0, payload=b"old"),)),
+    ]
+    for message in stale:
+        member.receive(2, message, net.now)
+    assert member.rejected["stale-incarnation"] == before.get("stale-incarnation", 0) + 4
+    # What the earlier process sends of an older configuration is ignored.
+    for _, message in old.messages_to_send():
+        member.receive(2, message, net.now)
+    assert not member.excluded
+    net.run_until(net.now + 1.0)
+    _assert_safe(net)
+
+
+def test_incarnations_travel_on_the_wire() -> None:
+    codec = FrameCodec(group=1, limits=Limits(), registry=token_ring_registry())
+    state = TokenState(instance=3, hop=0, next_seq=0, low=0, stable=0, batches=())
+    config = RingConfig(
+        instance=3,
+        view=1,
+        members=(1, 2),
+        core=(1,),
+        state=state,
+        incarnations=((1, 5), (2, MAX_INCARNATION), (9, 4)),
+    )
+    for message in (
+        Heartbeat(instance=1, delivered=2, incarnation=MAX_INCARNATION),
+        Join(incarnation=123),
+        Decided(config=config),
+    ):
+        [frame] = codec.encode(1, message)
+        assert codec.decode(frame).message == message
