@@ -16,6 +16,7 @@ import trio
 
 import epto.wire
 from epto.benchmarks._fault_proxy import Links, ProxyNet, frame_sender
+from epto.benchmarks._fault_run import RunReport, RunSpec, run_once
 from epto.benchmarks._fault_verdicts import (
     FaultRecord,
     Op,
@@ -23,7 +24,7 @@ from epto.benchmarks._fault_verdicts import (
     lost_acknowledged,
     unavailability,
 )
-from epto.benchmarks.faults import RunReport, RunSpec, judge, load, run_once, save
+from epto.benchmarks.faults import judge, load, save
 
 # -- the proxy -------------------------------------------------------------------------
 
