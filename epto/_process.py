@@ -141,6 +141,11 @@ class Process:
         self._skew_ticks = math.floor(config.max_clock_skew * config.clock_resolution)
         self._rejected: dict[str, int] = {}
         self._next_seq = first_seq(incarnation)
+        # After resume_after with the logical clock: own broadcasts (seq,
+        # payload) waiting for the clock to catch up with the group's.
+        self._held: list[tuple[int, bytes]] | None = None
+        self._heard = False
+        self._hold_until_round = 0
         # nextBall of Algorithm 1, kept lazily: the balls received this round
         # (only those with a copy below TTL) and this round's own broadcasts;
         # merged, keeping the larger ttl per id, when the round runs.
@@ -169,6 +174,22 @@ class Process:
         """EpTO-broadcast ``payload``; it is sent with the next round's ball."""
         if not isinstance(payload, bytes | bytearray | memoryview):
             raise LocalProtocolError(f"payload must be bytes, got {type(payload).__name__}")
+        if self._held is not None:
+            # Resumed with the logical clock and not yet heard from the
+            # group: stamped when the clock has caught up (_release_held).
+            seq = self._next_seq
+            self._next_seq = seq + 1
+            self._held.append((seq, bytes(payload)))
+            self._broadcasts += 1
+            return (self.pid, seq)
+        seq = self._next_seq
+        self._stamp(seq, payload, now)
+        self._next_seq = seq + 1
+        self._broadcasts += 1
+        return (self.pid, seq)
+
+    def _stamp(self, seq: int, payload: bytes | bytearray | memoryview, now: float) -> None:
+        """Give event ``seq`` its timestamp and put it in the next ball."""
         ts = self._clock + 1
         if self._global_clock:
             ts = max(ts, math.floor(now * self._resolution))
@@ -177,14 +198,15 @@ class Process:
             # peers claim is bounded by ts_ceiling. Nothing has changed.
             raise LocalProtocolError(f"timestamp {ts} does not fit in 64 bits")
         self._clock = ts
-        seq = self._next_seq
-        self._next_seq = seq + 1
         event = Event(source=self.pid, seq=seq, ts=ts, payload=bytes(payload))
         if self._signer is not None:
             event = attrs.evolve(event, signature=self._signer(event))
         self._own[(self.pid, seq)] = event
-        self._broadcasts += 1
-        return (self.pid, seq)
+
+    def _release_held(self, now: float) -> None:
+        held, self._held = self._held, None
+        for seq, payload in held or ():
+            self._stamp(seq, payload, now)
 
     def advance_clock(self, ts: int) -> None:
         """Move the clock to at least ``ts``: the application learned that the
@@ -211,6 +233,14 @@ class Process:
         and events older than its last delivery out of order."""
         self.advance_clock(ts)
         self._ordering.resume_after(ts)
+        if not self._global_clock and self._held is None:
+            # The group's logical clock moved on while this member was down:
+            # events stamped from its own last delivery would sit below what
+            # the others delivered meanwhile, and strict ordering refuses
+            # them. Its broadcasts wait until a ball from a peer has moved
+            # the clock, or TTL + 1 rounds (an idle group sends no ball).
+            self._held = []
+            self._hold_until_round = self._rounds + self._relay_ttl + 1
 
     def receive(self, sender: ProcessId, ball: Ball, now: float) -> None:
         """Upon receive BALL: relay copies whose ttl is below TTL, keeping the
@@ -223,6 +253,8 @@ class Process:
         the ball must not be mutated (it never is by the process).
         """
         self._balls_received += 1
+        if self._held is not None and sender != self.pid and ball:
+            self._heard = True
         ceiling = self.ts_ceiling(now)
         if type(ball) is not LayeredBall or ball.max_ts > ceiling:
             self._receive_entries(ball, ceiling, self.clock_cap(now))
@@ -423,6 +455,8 @@ class Process:
         if self._behind > self._clock:
             # Accepted timestamps the cap held back: catch up, one cap a round.
             self._clock = max(self._clock, min(self._behind, self.clock_cap(now)))
+        if self._held is not None and (self._heard or self._rounds >= self._hold_until_round):
+            self._release_held(now)
         # nextBall: every pending copy merged, larger ttl kept.
         # Every copy aged by one: the merged layers move up one ttl, unchanged.
         ball = merge_balls(self._sources(), self._relay_ttl, 1)

@@ -176,3 +176,27 @@ def test_without_a_data_dir_nothing_is_written(tmp_path: Path) -> None:
     claim.release()
     assert claimed.incarnation == 77
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_resumed_logical_clock_holds_broadcasts_until_it_hears_the_group() -> None:
+    proc = _process(2, 2)
+    proc.resume_after(5)
+    eid = proc.broadcast(b"first after the restart", 0.5)
+    assert eid == (2, first_seq(2))
+    assert proc.held_event(eid) is None  # not stamped yet
+    # The group delivered up to 40 while this member was down.
+    proc.receive(1, _ball(Event(source=1, seq=9, ts=40, payload=b"")), now=0.5)
+    proc.handle_timer(1.0)
+    stamped = proc.held_event(eid)
+    assert stamped is not None and stamped.ts > 40
+
+
+def test_a_resumed_logical_clock_stops_holding_after_ttl_rounds_of_silence() -> None:
+    proc = _process(2, 2)
+    proc.resume_after(5)
+    eid = proc.broadcast(b"into an idle group", 0.5)
+    for r in range(1, CONFIG.ttl + 1):
+        proc.handle_timer(float(r))
+        assert proc.held_event(eid) is None
+    proc.handle_timer(float(CONFIG.ttl + 1))
+    assert proc.held_event(eid) is not None
