@@ -296,9 +296,15 @@ def _check_key(
     step: _Step,
     initial: Any,
     overwrites: frozenset[str],
+    lazy_adds: bool,
     max_states: int,
 ) -> _Outcome:
-    """Lowe's just-in-time search with memoisation over one key's operations."""
+    """Lowe's just-in-time search with memoisation over one key's operations.
+
+    ``lazy_adds`` (the grow-only set): indeterminate adds are linearized only
+    together with a read that shows them, and an add is not linearized while
+    a read that lacks its element is still to come (see below).
+    """
     n = len(ops)
     if n == 0:
         return _Outcome(True, 0, "")
@@ -327,6 +333,22 @@ def _check_key(
         else:
             bit[i] = 1 << ok_count
             ok_count += 1
+
+    # Grow-only set: once an element is in, it stays, so adding it while a
+    # completed read that lacks it is still to be linearized leads nowhere.
+    # blocker[i]: for an add, the latest-invoked completed read lacking its
+    # element (its completion bit), or 0.
+    blocker = [0] * n
+    if lazy_adds:
+        reads = sorted(
+            (i for i in range(n) if kinds[i] == "read" and not info[i]),
+            key=lambda i: ops[i][1].invoked,
+            reverse=True,
+        )
+        for i in range(n):
+            if kinds[i] == "add":
+                lacking = next((r for r in reads if args[i] not in results[r]), None)
+                blocker[i] = 0 if lacking is None else bit[lacking]
 
     # Entries: node 0 is the head sentinel; op i has its call node at 1 + 2i
     # and (when completed) its return node at 2 + 2i.
@@ -376,10 +398,12 @@ def _check_key(
     done = 0  # completed operations linearized (bits)
     extra = 0  # indeterminate operations linearized (bits)
     remaining = ok_count
-    # (operation, state and mark before it, tried as it was after it)
-    stack: list[tuple[int, Any, int, int]] = []
+    # (operation, state and mark before it, tried as it was after it,
+    # indeterminate adds linearized with it)
+    stack: list[tuple[int, Any, int, int, tuple[int, ...]]] = []
     stuck_rank = -1  # the latest return entry the search could not get past
     stuck_states: dict[Any, None] = {}
+
     # The candidates at a configuration are the call entries before the first
     # return entry: completed operations first (pass 1), indeterminate ones
     # after (pass 2), so that leaving an indeterminate operation out is
@@ -399,6 +423,26 @@ def _check_key(
     # argument, such as all writes of UNREAD) can stand for one another once
     # invoked: at a configuration only the first of a class in the walk is
     # tried ("tried" holds the classes met so far in the second pass).
+    #
+    # Lazy adds (grow-only set): adds commute, so an indeterminate add can be
+    # moved later, up to the first read that shows its element, and dropped
+    # if there is none. So there is no second pass: a read whose result is the
+    # state plus elements that minimal indeterminate adds can supply is
+    # linearized together with those adds (the first of each alike class), as
+    # one step. Without this, the 2**k subsets of k pending adds would all be
+    # states to explore before a failing read.
+    def supply(missing: frozenset[Any]) -> tuple[int, ...]:
+        """Minimal indeterminate adds, one per missing element, or () if some
+        element has none."""
+        found: dict[Any, int] = {}
+        node = nxt[0]
+        while node & 1:  # the call entries before the first return entry
+            j = node >> 1
+            if info[j] and args[j] in missing and args[j] not in found:
+                found[args[j]] = j
+            node = nxt[node]
+        return tuple(found.values()) if len(found) == len(missing) else ()
+
     info_left = info_count
     second_pass = False
     in_run = 0
@@ -411,18 +455,29 @@ def _check_key(
             return _Outcome(True, states, "")
         if entry & 1:  # a call entry
             i = entry >> 1
-            if info[i] is second_pass and not (in_run and overwriting[i]):
+            if (
+                info[i] is second_pass
+                and not (in_run and overwriting[i])
+                and not (blocker[i] and not done & blocker[i])
+            ):
                 if second_pass:
                     if tried >> alike[i] & 1:
                         entry = nxt[entry]
                         continue
                     tried |= 1 << alike[i]
                 new = step(state, kinds[i], args[i], results[i], second_pass)
+                used: tuple[int, ...] = ()
+                if new is _NO and lazy_adds and kinds[i] == "read" and state <= results[i]:
+                    used = supply(results[i] - state)
+                    if used:
+                        new = results[i]
                 if new is not _NO:
                     if second_pass:
                         key, mark = (done, new), extra | bit[i] | runs
                     else:
                         key, mark = (done | bit[i], new), extra & ~1
+                        for u in used:
+                            mark |= bit[u]
                     known = seen.get(key)
                     if known is None or not any(old & ~mark == 0 for old in known):
                         if states >= max_states:
@@ -432,7 +487,7 @@ def _check_key(
                             seen[key] = [mark]
                         else:
                             known.append(mark)
-                        stack.append((i, state, extra, tried))
+                        stack.append((i, state, extra, tried, used))
                         state = new
                         done, extra = key[0], mark
                         in_run = extra & 1
@@ -440,12 +495,14 @@ def _check_key(
                             info_left -= 1
                         else:
                             remaining -= 1
+                        for u in used:
+                            lift(u)
                         lift(i)
                         second_pass = False
                         entry = nxt[0]
                         continue
             entry = nxt[entry]
-        elif not second_pass and info_left:
+        elif not second_pass and info_left and not lazy_adds:
             second_pass = True
             tried = 0
             entry = nxt[0]
@@ -457,9 +514,11 @@ def _check_key(
                 stuck_states[state] = None
             if not stack:
                 break
-            i, state, extra, tried = stack.pop()
+            i, state, extra, tried, used = stack.pop()
             in_run = extra & 1
             unlift(i)
+            for u in reversed(used):
+                unlift(u)
             second_pass = info[i]
             if second_pass:
                 info_left += 1
@@ -515,7 +574,7 @@ def check_linearizable(
     undecided: list[str] = []
     for key in sorted(by_key):
         reduced = _abstract(model, by_key[key])
-        outcome = _check_key(reduced, step, initial, _OVERWRITES[model], max_states)
+        outcome = _check_key(reduced, step, initial, _OVERWRITES[model], model == "set", max_states)
         states += outcome.states
         if outcome.ok is False:
             failed.append((key, outcome.failure))

@@ -11,9 +11,10 @@ random one of ``--keys`` keys; a fraction ``--info`` of the operations is
 indeterminate (half of them took effect, maybe long after, half never) and
 about one in fifty failed. Values are all distinct, or drawn from
 ``range(--values)``. Printed for that history (accepted), then for the same
-history with its last completed read given a value never written (rejected,
-and the search must get to the end of that key's history to see it): the
-verdict, the configurations explored and the CPU time of the check.
+history with its last completed read given a value never written (register)
+or one more element never added (set): rejected, and the search must get to
+the end of that key's history to see it. Printed: the verdict, the
+configurations explored and the CPU time of the check.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def main() -> None:
         client=old.client,
         key=old.key,
         op="read",
-        result=[-1] if args.model == "set" else -1,  # never written nor added
+        result=[*old.result, -1] if args.model == "set" else -1,  # -1: never written nor added
         status="ok",
         invoked=old.invoked,
         completed=old.completed,

@@ -247,6 +247,32 @@ def test_set_info_add() -> None:
     assert v.ok is True and v.operations == 4
 
 
+def test_set_many_pending_info_adds_decided_within_a_small_budget() -> None:
+    """Twenty indeterminate adds pending at once (a partition): the search
+    does not enumerate their subsets, accepting or rejecting."""
+    k = 20
+    history = [add(0, 0, 1)]
+    history += [add(j, 2, None, client=j, status="info") for j in range(1, k + 1)]
+    history.append(r(range(k // 2 + 1), 10, 11, client=99))
+    history.append(r(range(k + 1), 12, 13, client=99))
+    assert verdict(history, model="set", max_states=1000).ok is True
+    late = [*history, r([*range(k + 1), 999], 14, 15, client=99)]
+    assert verdict(late, model="set", max_states=1000).ok is False
+    # An add seen by the second read cannot have happened before the first.
+    early = [*history[:-2], r([0, k], 10, 11, client=99), r(range(k // 2 + 1), 12, 13)]
+    assert verdict(early, model="set", max_states=1000).ok is False
+
+
+def test_register_many_pending_info_writes_decided_within_a_small_budget() -> None:
+    k = 20
+    history = [w(0, 0, 1)]
+    history += [w(j, 2, None, client=j, status="info") for j in range(1, k + 1)]
+    history += [r(j, 10 + 2 * j, 11 + 2 * j, client=99) for j in range(1, k + 1)]
+    assert verdict(history, max_states=5000).ok is True
+    late = [*history, r(1, 100, 101, client=99)]  # 1 was overwritten, and used up
+    assert verdict(late, max_states=5000).ok is False
+
+
 # -- budget and malformed input ------------------------------------------------
 
 
