@@ -28,12 +28,11 @@ Rules:
   cursors follow the local changes and expire after 5 s. Lost datagrams
   only delay a marker.
 * **A page never edits a text that is not the group's**: while the replica is
-  not ready (joining, restoring, fetching its state after a hole) its pages
-  are told so (``{"type": "state", "ready": false}``, read only) and an edit
-  that still arrives is not taken; once it is ready each of them gets the
-  whole text (a reset). Every page is also told whether this replica holds
-  edits not yet in the group's order (``"unsaved"``): those are the edits a
-  crash of this process would lose.
+  not ready (joining, restarting, fetching its state after a hole) its pages
+  are told so (``{"type": "state", "ready": false}``, read only), an edit
+  that still arrives is not taken, and each gets the whole text once it is
+  ready. ``"unsaved"`` tells them the replica holds edits not yet in the
+  group's order: what a crash of this process would lose.
 * **A restarted replica** (``ReplicaConfig.data_dir``) numbers its
   operations above every earlier start's (the node's incarnation,
   :meth:`~epto.apps.text.TextDocument.number_from`).
@@ -68,8 +67,9 @@ from epto.apps._editor import (
     decode,
     presence_codec,
     presence_key,
+    random_edit,
 )
-from epto.apps._ot import Delete, Insert, Operation
+from epto.apps._ot import Insert, Operation
 from epto.apps.text import Change, TextDocument, transform_position
 from epto.endpoint import Address, NodeConfig, parse_host_port
 from epto.wire import GroupSealer
@@ -80,8 +80,6 @@ from ._trio.websocket import WebSocket, WebSocketClosed, serve_http
 from .trio_rsm import ReplicatedNode
 
 __all__ = ["EditorConfig", "EditorServer", "ReplicaNotReady"]
-
-_WORDS = ("epto ", "total ", "order ", "text ", "hello ", "replica ", "a ", "\n")
 
 
 @attrs.frozen(kw_only=True)
@@ -140,6 +138,8 @@ class EditorServer:
         self.presence_address = ""
         self.bot_done = trio.Event()
         self.edits_sent = 0
+        self.edits_refused = 0
+        """Page edits not taken because the replica was not ready."""
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -183,8 +183,7 @@ class EditorServer:
 
     @property
     def ready(self) -> bool:
-        """The replica holds the group's text: it restored, confirmed or
-        fetched its state (``ReplicatedNode.ready``) and found no hole since."""
+        """The replica holds the group's text (``ReplicatedNode.ready``, no hole since)."""
         node = self.node
         return bool(getattr(node, "ready", True)) and node.replica.ready and node.node is not None
 
@@ -202,9 +201,7 @@ class EditorServer:
         ready = self.ready
         if ready != self._ready:
             self._ready = ready
-            if not ready:
-                # Stopped applying (a hole found, its state being fetched):
-                # every page waits for the group's text, read only.
+            if not ready:  # a hole found, a fetch: every page waits for the text
                 self._waiting.update(self._pages)
         changes = self.doc.take_changes()
         reset: set[PageSession] = set()
@@ -240,16 +237,14 @@ class EditorServer:
         return {"type": "state", "ready": ready, "unsaved": unsaved}
 
     def _send_state(self) -> None:
-        """Tell the pages when the replica's readiness, or whether it holds
-        edits not yet in the order, changed."""
+        """Tell the pages when ``(ready, unsaved)`` changed."""
         state = (self._ready, self.doc.pending() > 0)
         if state != self._state_sent:
             self._state_sent = state
             self._send_all(self._state_message())
 
     async def _watch_ready(self) -> None:
-        """Readiness changes without a command applied (an audit finds a hole,
-        the state is fetched): look every 50 ms."""
+        """Readiness also changes with no command applied (a hole, a fetch)."""
         while True:
             await trio.sleep(0.05)
             if self.ready != self._ready:
@@ -349,6 +344,7 @@ class EditorServer:
                     # was told (state), and gets the text once the replica is
                     # ready; it reports the edit as not sent.
                     self._waiting.add(page)
+                    self.edits_refused += 1
                     return
                 rebased, ack = page.receive(message["base"], op)
                 self.doc.local_edit(rebased)
@@ -402,7 +398,7 @@ class EditorServer:
             await trio.sleep(rng.expovariate(self.config.bot_rate))
             if not self.ready:
                 continue  # no edit of a text that is not the group's
-            op = _random_edit(rng, self.doc.view)
+            op = random_edit(rng, self.doc.view)
             self.local_edit(op)
             edit = op[0]
             pos = edit.pos + len(edit.text) if isinstance(edit, Insert) else edit.pos
@@ -416,18 +412,9 @@ class ReplicaNotReady(EptoError):
 
 
 def _first_seq(node: object) -> int:
-    """Where this start numbers its operations from: above every earlier
-    start's (the node's incarnation; without one, the wall clock in
-    microseconds, far above any count of operations)."""
+    """Where this start numbers its operations from, above every earlier start's:
+    its incarnation's first seq, else the wall clock in microseconds."""
     incarnation = getattr(node, "incarnation", None)
     if isinstance(incarnation, int):
         return first_seq(incarnation)
     return time.time_ns() // 1000 << 20
-
-
-def _random_edit(rng: random.Random, text: str) -> Operation:
-    """A word typed or a few characters deleted at a random place."""
-    if len(text) > 40 and rng.random() < 0.3:
-        pos = rng.randrange(len(text) - 1)
-        return (Delete(pos, rng.randint(1, min(6, len(text) - pos))),)
-    return (Insert(rng.randint(0, len(text)), rng.choice(_WORDS)),)

@@ -21,6 +21,7 @@ unacknowledged edits before it touches the textarea.
 
 from __future__ import annotations
 
+import random
 import struct
 from collections import deque
 from collections.abc import Iterable
@@ -273,6 +274,18 @@ class Presence:
                 for a, c in sorted(self.cursors.items())
             ],
         }
+
+
+_WORDS = ("epto ", "total ", "order ", "text ", "hello ", "replica ", "a ", "\n")
+
+
+def random_edit(rng: random.Random, text: str) -> Operation:
+    """A word typed or a few characters deleted at a random place (the
+    server's bot)."""
+    if len(text) > 40 and rng.random() < 0.3:
+        pos = rng.randrange(len(text) - 1)
+        return (Delete(pos, rng.randint(1, min(6, len(text) - pos))),)
+    return (Insert(rng.randint(0, len(text)), rng.choice(_WORDS)),)
 
 
 def color_of(author: int) -> str:
