@@ -331,12 +331,22 @@ class _PySyncObjReplica:
             # what follows.
             if not self._until(lambda: machine.n >= arg, timeout):
                 raise TimeoutError("durable: the fill is not applied")
-            obj.forceLogCompaction()
-            if not self._until(lambda: obj.getStatus()["log_len"] <= 3, timeout):
-                raise TimeoutError("durable: the log was not compacted")
+            self.compact(obj, timeout)
         elif op == "settle" and not self._until(lambda: machine.n >= arg, timeout):
             raise TimeoutError(f"settle: {machine.n} of {arg} commands applied")
         return {}
+
+    def compact(self, obj: Any, timeout: float) -> None:
+        """Compact the log into the full dump file; asked again every few
+        seconds, since a dump that fails (its forked writer) is not retried."""
+        deadline = time.monotonic() + timeout
+        while True:
+            obj.forceLogCompaction()
+            if self._until(lambda: obj.getStatus()["log_len"] <= 3, 3.0):
+                return
+            if time.monotonic() > deadline:
+                length = obj.getStatus()["log_len"]
+                raise TimeoutError(f"durable: the log was not compacted ({length} entries)")
 
     def fill(self, machine: Any, plan: list[tuple[int, int]]) -> None:
         from pysyncobj import FAIL_REASON

@@ -152,6 +152,8 @@ class _Group:
                     got_tag, payload = conn.recv()
                 except (EOFError, OSError):
                     self.killed.add(index)  # it will not answer again
+                    if index not in want or index in got:
+                        continue  # it answered, then left (a stop)
                     self.procs[index].join(timeout=2)
                     code = self.procs[index].exitcode
                     got_tag, payload = "error", {"error": f"exited (code {code})"}
