@@ -25,7 +25,7 @@ Indeterminate operations (``status="info"``: a timeout, a crash) may take
 effect at any time after their invocation or never. They have no return
 entry, so nothing ever forces them; the search may linearize one wherever it
 is minimal. Left at that, every subset of them would multiply the
-configurations. Five reductions keep them cheap, all exact because an
+configurations. Six reductions keep them cheap, all exact because an
 indeterminate operation has no result to check and can always be left out:
 
 - at a configuration, completed operations are tried before indeterminate
@@ -42,7 +42,10 @@ indeterminate operation has no result to check and can always be left out:
   one another once invoked: only the first is tried;
 - register values that no read returns and no cas expects are one state
   (:data:`UNREAD`), and indeterminate operations that could only make later
-  reads fail are left out (:func:`_abstract`).
+  reads fail are left out (:func:`_abstract`);
+- grow-only set: adds commute, so an indeterminate add is only linearized
+  together with a read that shows its element, and no add is linearized
+  while a read that lacks its element is still to come.
 
 Keys are independent objects: the history is partitioned by key and each key
 is searched on its own, with its own budget of configurations.
