@@ -32,6 +32,10 @@ from ._fault_verdicts import Divergence, FaultRecord, Op, Window
 
 __all__ = ["Cluster", "Nemesis", "RunReport", "RunSpec", "run_once"]
 
+JOIN_TIMEOUT = 20.0
+"""Seconds the nemesis waits for a joiner to be ready (then it notes "joiner
+not ready" and goes on; its clients never start)."""
+
 
 @attrs.frozen(kw_only=True)
 class RunSpec:
@@ -146,7 +150,10 @@ class Cluster:
         net = self.net
         member = self.members[pid]
         listed = self._listed()
-        peers_of = [p for p in self.running() if p != pid] if joining else listed
+        # Whom a replica fetches from and counts in its majority: the
+        # founders (a joiner or a wiped replica: those running now), not the
+        # joiners an EpTO group lists before they start.
+        peers_of = [p for p in self.running() if p != pid] if joining else self.founders
         worker: dict[str, Any] = {
             "engine": spec.engine,
             "pid": pid,
@@ -551,7 +558,7 @@ class Nemesis:
             targets = [pid]
             contacts = live if spec.engine == "token-ring" else []
             ok = await c.start(pid, joining=True, contacts=tuple(contacts))
-            if ok and await c.wait_formed([pid], spec.start_timeout):
+            if ok and await c.wait_formed([pid], min(spec.start_timeout, JOIN_TIMEOUT)):
                 self.start_clients(pid)
             else:
                 note = "joiner not ready"
