@@ -348,10 +348,17 @@ def _check_key(
             key=lambda i: ops[i][1].invoked,
             reverse=True,
         )
+        adds: dict[Any, list[int]] = {}
         for i in range(n):
             if kinds[i] == "add":
-                lacking = next((r for r in reads if args[i] not in results[r]), None)
-                blocker[i] = 0 if lacking is None else bit[lacking]
+                adds.setdefault(args[i], []).append(i)
+        unassigned = frozenset(adds)
+        for r in reads:
+            lacking = unassigned - results[r]
+            for element in lacking:
+                for i in adds[element]:
+                    blocker[i] = bit[r]
+            unassigned -= lacking
 
     # Entries: node 0 is the head sentinel; op i has its call node at 1 + 2i
     # and (when completed) its return node at 2 + 2i.
