@@ -531,6 +531,10 @@ def test_executed_histories_accepted_and_an_impossible_read_rejected(
     built = execute(model, plan, distinct)
     v = check_linearizable(built.ops, model=model)
     assert v.ok is True, v.failure
+    # The order the history is given in does not matter; any iterable will do.
+    shuffled = list(built.ops)
+    random.Random(choice).shuffle(shuffled)
+    assert check_linearizable(iter(shuffled), model=model).ok is True
     mutation = impossible(built, choice)
     if mutation is None:
         return
