@@ -201,6 +201,12 @@ class TokenRingProcess:
             s.fd.grace(members, now)
             if view.core[0] == pid:
                 tokens.offer(pid, view.state, now)
+            if incarnation:
+                # The first message every member gets from this start says
+                # which incarnation it is: after a restart, the members refuse
+                # everything else it sends (a token, a promise of the fresh
+                # acceptor it is) until they have admitted it.
+                out.heartbeats_due(now)
 
     # -- state read from outside --------------------------------------------
 

@@ -318,3 +318,16 @@ def test_incarnations_travel_on_the_wire() -> None:
     ):
         [frame] = codec.encode(1, message)
         assert codec.decode(frame).message == message
+
+
+def test_a_started_member_speaks_first_with_its_incarnation() -> None:
+    """The first message every member gets from a start of nonzero
+    incarnation is a heartbeat carrying it: after a restart, the members
+    refuse the rest (a token, the fresh acceptor's promises) until it is
+    admitted."""
+    proc = TokenRingProcess(1, CFG, rng=random.Random(1), now=0.0, members=[0, 1, 2], incarnation=7)
+    first: dict[int, Message] = {}
+    for dest, message in proc.messages_to_send():
+        first.setdefault(dest, message)
+    assert set(first) == {0, 2}
+    assert all(isinstance(m, Heartbeat) and m.incarnation == 7 for m in first.values())
