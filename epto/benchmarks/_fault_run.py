@@ -193,6 +193,7 @@ class Cluster:
             log.flush()
             process = await trio.lowlevel.open_process(
                 [sys.executable, "-m", "epto.benchmarks._fault_worker", json.dumps(worker)],
+                stdin=subprocess.PIPE,  # closed when this process ends: the worker stops
                 stdout=subprocess.PIPE,
                 stderr=log,
                 env=dict(os.environ),
@@ -248,9 +249,10 @@ class Cluster:
                         f"logs/{name}): {why}"
                     )
         finally:
-            if process.stdout is not None:
-                with contextlib.suppress(Exception):
-                    await trio.aclose_forcefully(process.stdout)
+            for pipe in (process.stdin, process.stdout):
+                if pipe is not None:
+                    with contextlib.suppress(Exception):
+                        await trio.aclose_forcefully(pipe)
 
     async def kill(self, pid: int) -> None:
         member = self.members[pid]
@@ -581,11 +583,20 @@ class Nemesis:
                     await c.kill(pid)
             note = " ".join(f"{p}:{a}" for p, a in sorted(actions.items()))
             await trio.sleep(spec.fault_duration)
-            for pid, action in actions.items():
-                if action == "pause":
-                    c.signal(pid, signal.SIGCONT)
-                elif not await c.start(pid, wipe=action == "kill-wipe"):
-                    note += f" (restart of {pid} failed)"
+            failed: list[int] = []
+
+            async def restart(pid: int, wipe: bool) -> None:
+                if not await c.start(pid, wipe=wipe):
+                    failed.append(pid)
+
+            async with trio.open_nursery() as restarts:  # all at once
+                for pid, action in actions.items():
+                    if action == "pause":
+                        c.signal(pid, signal.SIGCONT)
+                    else:
+                        restarts.start_soon(restart, pid, action == "kill-wipe")
+            if failed:
+                note += f" (restart of {sorted(failed)} failed)"
         else:
             raise ValueError(f"unknown fault {kind!r}")
         self.faults.append(
@@ -615,47 +626,50 @@ async def run_once(spec: RunSpec, run_dir: Path) -> RunReport:
     async with trio.open_nursery() as nursery:
         await net.start(nursery)
         cluster = Cluster(spec, run_dir, net, nursery)
-        cluster.t0 = trio.current_time()
-        for pid in cluster.founders:
-            if not await cluster.start(pid):
-                break
-        formed = await cluster.wait_formed(cluster.founders, spec.start_timeout)
-        if not formed:
-            cluster.events.append("the group did not form")
-        cluster.t0 = trio.current_time()  # the history's times count from the load's start
-        clients: list[_Client] = []
-        async with trio.open_nursery() as load:
-
-            def start_clients(pid: int) -> None:
-                for _ in range(spec.clients):
-                    client = _Client(len(clients), pid, cluster, history)
-                    clients.append(client)
-                    load.start_soon(client.run)
-
+        try:
+            cluster.t0 = trio.current_time()
             for pid in cluster.founders:
-                start_clients(pid)
-            nemesis = Nemesis(cluster, start_clients)
-            if formed:
-                await nemesis.run(cluster.now() + spec.duration)
-            await nemesis.heal_all()
-            for pid in cluster.founders:
-                if cluster.members[pid].process is None:
-                    await cluster.start(pid, wipe=False)
-            last_heal = cluster.now()
-            await trio.sleep(spec.quiesce)
-            load_end = cluster.now()
-            load.cancel_scope.cancel()
-        finals = await _final_states(cluster)
-        report = RunReport(
-            spec=spec,
-            history=history,
-            faults=nemesis.faults,
-            finals=finals,
-            load_end=load_end,
-            last_heal=last_heal,
-            events=cluster.events,
-        )
-        await cluster.stop_all()
+                if not await cluster.start(pid):
+                    break
+            formed = await cluster.wait_formed(cluster.founders, spec.start_timeout)
+            if not formed:
+                cluster.events.append("the group did not form")
+            cluster.t0 = trio.current_time()  # the history's times count from the load's start
+            clients: list[_Client] = []
+            async with trio.open_nursery() as load:
+
+                def start_clients(pid: int) -> None:
+                    for _ in range(spec.clients):
+                        client = _Client(len(clients), pid, cluster, history)
+                        clients.append(client)
+                        load.start_soon(client.run)
+
+                for pid in cluster.founders:
+                    start_clients(pid)
+                nemesis = Nemesis(cluster, start_clients)
+                if formed:
+                    await nemesis.run(cluster.now() + spec.duration)
+                await nemesis.heal_all()
+                for pid in cluster.founders:
+                    if cluster.members[pid].process is None:
+                        await cluster.start(pid, wipe=False)
+                last_heal = cluster.now()
+                await trio.sleep(spec.quiesce)
+                load_end = cluster.now()
+                load.cancel_scope.cancel()
+            finals = await _final_states(cluster)
+            report = RunReport(
+                spec=spec,
+                history=history,
+                faults=nemesis.faults,
+                finals=finals,
+                load_end=load_end,
+                last_heal=last_heal,
+                events=cluster.events,
+            )
+        finally:
+            with trio.CancelScope(shield=True):  # no worker outlives the run
+                await cluster.stop_all()
         report.proxy = net.counts()
         nursery.cancel_scope.cancel()
     report.elapsed = time.monotonic() - started

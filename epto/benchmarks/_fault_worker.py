@@ -21,6 +21,7 @@ Every command, reads too, is ``await replica.call(...)``: it goes through the
 order. A failed command answers ``{"ok": false, "error": "...", "definite":
 bool}``: ``definite`` only when the replica refused it before broadcasting
 (not ready, unknown command); a timeout or any other error is indeterminate.
+It stops when its standard input ends (the harness holds the other end).
 Once listening it prints one line ``ready {"api": port, "gossip": port,
 "transfer": port}`` (the ports it bound; the harness's proxies forward there).
 
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 import traceback
 from typing import Any, Final
@@ -219,6 +221,22 @@ async def serve(spec: dict[str, Any]) -> None:
             transfer = int(replica.transfer_address.rpartition(":")[2])
             ports = {"api": port, "gossip": gossip, "transfer": transfer}
             print("ready " + json.dumps(ports), flush=True)
+            nursery.start_soon(_stop_with_parent, nursery.cancel_scope)
+
+
+async def _stop_with_parent(scope: trio.CancelScope) -> None:
+    """Stop when standard input ends: the harness keeps it open while it runs,
+    so a worker never outlives it."""
+    stdin = trio.lowlevel.FdStream(os.dup(0))
+    try:
+        while await stdin.receive_some(4096):
+            pass
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        pass
+    finally:
+        await stdin.aclose()
+    print("standard input closed: stopping", file=sys.stderr, flush=True)
+    scope.cancel()
 
 
 def main(argv: list[str] | None = None) -> int:
