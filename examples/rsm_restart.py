@@ -1,10 +1,11 @@
 """A replica stopped and started again on its data directory comes back as the
 same member (docs/rsm.md, *Restart a replica*).
 
-Three replicas of a key-value machine run in one trio process, EpTO over
-loopback UDP. Replica 3 writes, stops; the others go on writing; replica 3 is
-started again with the same pid and the same data directory, waits until it
-is ready, and the three end with one state and one digest::
+Three replicas of a key-value machine run in one trio process on loopback:
+EpTO over UDP, or with ``--mode token-ring`` the token ring over TCP.
+Replica 3 writes, stops; the others go on writing; replica 3 is started again
+with the same pid and the same data directory, waits until it is ready, and
+the three end with one state and one digest::
 
     python examples/rsm_restart.py
     python examples/rsm_restart.py --member 1=127.0.0.1:9001 \\
@@ -59,6 +60,7 @@ def _parse() -> argparse.Namespace:
         metavar="ID=HOST:PORT",
         help="the three members (default: 127.0.0.1:9001 to 9003)",
     )
+    p.add_argument("--mode", choices=["epto", "token-ring"], default="epto")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds for each step")
     args = p.parse_args()
     if args.member:
@@ -74,7 +76,13 @@ def _parse() -> argparse.Namespace:
 def _replica(
     args: argparse.Namespace, root: Path, pid: int, peers: dict[int, str]
 ) -> ReplicatedNode:
-    node = NodeConfig(pid=pid, bind=args.members[pid], members=args.members, round_interval=0.05)
+    node = NodeConfig(
+        mode=args.mode,
+        pid=pid,
+        bind=args.members[pid],
+        members=args.members,
+        round_interval=0.05,
+    )
     return ReplicatedNode(KV(), node, ReplicaConfig(data_dir=str(root / f"kv-{pid}"), peers=peers))
 
 

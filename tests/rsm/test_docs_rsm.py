@@ -119,15 +119,17 @@ def test_the_table_gives_each_default() -> None:
         assert _same(documented, actual), f"{name}: the page says {default}, it is {actual!r}"
 
 
-def test_the_restart_example_ends_with_one_state(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["epto", "token-ring"])
+def test_the_restart_example_ends_with_one_state(mode: str, tmp_path: Path) -> None:
     """examples/rsm_restart.py, which the page's *Restart a replica* names:
     replica 3 stopped, the group writing on, replica 3 started again on its
     directory, then one state and one digest at all three."""
     example = PAGE.parents[1] / "examples" / "rsm_restart.py"
-    ports = free_ports(3, socket.SOCK_DGRAM)
+    kind = socket.SOCK_STREAM if mode == "token-ring" else socket.SOCK_DGRAM
+    ports = free_ports(3, kind)
     members = [f"--member={pid}=127.0.0.1:{port}" for pid, port in enumerate(ports, 1)]
     done = subprocess.run(
-        [sys.executable, str(example), *members, "--timeout=40"],
+        [sys.executable, str(example), *members, f"--mode={mode}", "--timeout=40"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
