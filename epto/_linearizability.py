@@ -145,16 +145,18 @@ def _register_step(state: Any, kind: str, arg: Any, result: Any, info: bool) -> 
 
 
 def _set_step(state: Any, kind: str, arg: Any, result: Any, info: bool) -> Any:
+    # The set is an int, one bit per element (see _abstract); so is a read's
+    # result, and an add's argument is its element's bit.
     if kind == "read":
         return state if state == result else _NO
-    if arg in state:  # add
+    if state & arg:  # add
         return _NO if info else state
-    return state | {arg}
+    return state | arg
 
 
 _STEPS: Final[dict[str, tuple[_Step, Any]]] = {
     "register": (_register_step, None),
-    "set": (_set_step, frozenset()),
+    "set": (_set_step, 0),
 }
 
 _OVERWRITES: Final = {"register": frozenset({"write"}), "set": frozenset()}
@@ -175,27 +177,31 @@ class _Unread:
 UNREAD: Final = _Unread()
 
 
-def _abstract(model: str, ops: list[tuple[int, HistoryOp]]) -> list[tuple[int, HistoryOp, Any]]:
-    """One key's operations for the search: (index, operation, argument used).
+_Abstract = tuple[int, HistoryOp, Any, Any]
+"""An operation for the search: (index in the history, operation, argument
+used, result used)."""
+
+
+def _abstract(
+    model: str, ops: list[tuple[int, HistoryOp]]
+) -> tuple[list[_Abstract], Callable[[Any], str]]:
+    """One key's operations for the search, and how to show a state.
 
     Register: a value written that no completed read returns and no cas
     expects becomes :data:`UNREAD` (one state instead of many). An
     indeterminate operation that can only write such a value is left out when
     no completed cas failed on this key: it could only make later reads fail,
-    and a failed cas is the one thing a value nobody reads can explain. Set:
-    an indeterminate add of an element that no completed read contains is
-    left out (it could only make later reads fail).
+    and a failed cas is the one thing a value nobody reads can explain.
+
+    Set: the state is an int with one bit per element (a copy of a big
+    frozenset per configuration would cost the square of the history in
+    memory); an add's argument is its element's bit, a read's result the
+    bits of its elements. An indeterminate add of an element that no
+    completed read contains is left out (it could only make later reads
+    fail).
     """
     if model == "set":
-        seen = set()
-        for _, op in ops:
-            if op.op == "read":
-                seen.update(op.result)
-        return [
-            (i, op, op.arg)
-            for i, op in ops
-            if op.status == "ok" or op.op != "add" or op.arg in seen
-        ]
+        return _abstract_set(ops)
     observed = set()
     failed_cas = False
     for _, op in ops:
@@ -204,7 +210,7 @@ def _abstract(model: str, ops: list[tuple[int, HistoryOp]]) -> list[tuple[int, H
         elif op.op == "cas":
             observed.add(op.arg[0])
             failed_cas = failed_cas or (op.status == "ok" and not op.result)
-    out: list[tuple[int, HistoryOp, Any]] = []
+    out: list[_Abstract] = []
     for i, op in ops:
         arg = op.arg
         if op.op == "write" and arg not in observed:
@@ -214,14 +220,69 @@ def _abstract(model: str, ops: list[tuple[int, HistoryOp]]) -> list[tuple[int, H
         writes_unread = arg is UNREAD or (op.op == "cas" and arg[1] is UNREAD)
         if op.status == "info" and writes_unread and not failed_cas:
             continue
-        out.append((i, op, arg))
-    return out
+        out.append((i, op, arg, op.result))
+    return out, repr
+
+
+def _abstract_set(
+    ops: list[tuple[int, HistoryOp]],
+) -> tuple[list[_Abstract], Callable[[Any], str]]:
+    """The set's part of :func:`_abstract`.
+
+    A growing set's reads make the history itself quadratic in size, so the
+    reads are turned into bit masks one at a time, in invocation order, each
+    from its difference with the one before (frozenset differences, at C
+    speed): memory stays two sets and one int per read.
+    """
+    numbered: dict[Any, int] = {}  # element -> its bit's position
+    for _, op in ops:
+        if op.op == "add":
+            numbered.setdefault(op.arg, len(numbered))
+    masks: dict[int, int] = {}  # read's index in ops -> its mask
+    seen: set[Any] = set()  # elements some completed read shows
+    previous: frozenset[Any] = frozenset()
+    mask = 0
+    order = sorted(
+        (j for j, (_, op) in enumerate(ops) if op.op == "read"), key=lambda j: ops[j][1].invoked
+    )
+    for j in order:
+        index, op = ops[j]
+        try:
+            current = frozenset(op.result)
+        except TypeError as exc:
+            raise ValueError(
+                f"history operation #{index} ({op!r}): a set read's result must be an "
+                f"iterable of hashables: {exc}"
+            ) from exc
+        change = 0
+        for element in current - previous:
+            if element not in numbered:
+                numbered[element] = len(numbered)
+            change |= 1 << numbered[element]
+        for element in previous - current:
+            change |= 1 << numbered[element]
+        mask ^= change
+        masks[j] = mask
+        if change:
+            seen.update(current - previous)
+        previous = current
+    elements = list(numbered)
+
+    def show(state: Any) -> str:
+        inside = (repr(e) for b, e in enumerate(elements) if state >> b & 1)
+        return "{" + ", ".join(sorted(inside)) + "}"
+
+    reduced = [
+        (i, op, 1 << numbered[op.arg], None) if op.op == "add" else (i, op, None, masks[j])
+        for j, (i, op) in enumerate(ops)
+        if op.status == "ok" or op.op != "add" or op.arg in seen
+    ]
+    return reduced, show
 
 
 def _describe(op: HistoryOp, index: int) -> str:
     if op.op == "read":
-        shown = sorted(op.result, key=repr) if isinstance(op.result, frozenset) else op.result
-        what = f"read -> {shown!r}"
+        what = f"read -> {op.result!r}"
     elif op.op == "cas":
         what = f"cas{op.arg!r} -> {op.result!r}"
     else:
@@ -229,12 +290,6 @@ def _describe(op: HistoryOp, index: int) -> str:
     when = f"invoked {op.invoked!r}"
     when += f", completed {op.completed!r}" if op.status == "ok" else ", indeterminate"
     return f"operation #{index} (client {op.client}: {what}, {when})"
-
-
-def _show_state(state: Any) -> str:
-    if isinstance(state, frozenset):
-        return "{" + ", ".join(sorted(map(repr, state))) + "}"
-    return repr(state)
 
 
 def _validate(op: HistoryOp, index: int, model: str) -> HistoryOp:
@@ -269,12 +324,15 @@ def _validate(op: HistoryOp, index: int, model: str) -> HistoryOp:
             raise bad("a completed cas has result True or False")
     values = [op.arg]
     if op.op == "read" and op.status == "ok":
-        if model == "set":
+        if model == "register":
+            values.append(op.result)
+        else:  # elements are checked when the read becomes a mask (_abstract_set)
             try:
-                op = attrs.evolve(op, result=frozenset(op.result))
+                elements = iter(op.result)
             except TypeError as exc:
-                raise bad(f"a set read's result must be an iterable of hashables: {exc}") from exc
-        values.append(op.result)
+                raise bad(f"a set read's result must be an iterable: {exc}") from exc
+            if elements is op.result:  # a one-shot iterator: keep what it gives
+                op = attrs.evolve(op, result=tuple(elements))
     for value in values:
         try:
             hash(value)
@@ -295,7 +353,8 @@ class _Outcome:
 
 
 def _check_key(
-    ops: list[tuple[int, HistoryOp, Any]],
+    ops: list[_Abstract],
+    show: Callable[[Any], str],
     step: _Step,
     initial: Any,
     overwrites: frozenset[str],
@@ -311,10 +370,10 @@ def _check_key(
     n = len(ops)
     if n == 0:
         return _Outcome(True, 0, "")
-    kinds = [op.op for _, op, _ in ops]
-    args = [arg for _, _, arg in ops]
-    results = [op.result for _, op, _ in ops]
-    info = [op.status == "info" for _, op, _ in ops]
+    kinds = [op.op for _, op, _, _ in ops]
+    args = [arg for _, _, arg, _ in ops]
+    results = [result for _, _, _, result in ops]
+    info = [op.status == "info" for _, op, _, _ in ops]
     overwriting = [info[i] and kinds[i] in overwrites for i in range(n)]
     runs = any(overwriting)
     # Indeterminate operations alike (same operation, same argument) share a class.
@@ -348,22 +407,24 @@ def _check_key(
             key=lambda i: ops[i][1].invoked,
             reverse=True,
         )
-        adds: dict[Any, list[int]] = {}
+        adds: dict[int, list[int]] = {}  # element bit -> its adds
         for i in range(n):
             if kinds[i] == "add":
                 adds.setdefault(args[i], []).append(i)
-        unassigned = frozenset(adds)
+        unassigned = sum(adds)
         for r in reads:
-            lacking = unassigned - results[r]
-            for element in lacking:
-                for i in adds[element]:
+            lacking = unassigned & ~results[r]
+            unassigned ^= lacking
+            while lacking:
+                low = lacking & -lacking
+                for i in adds[low]:
                     blocker[i] = bit[r]
-            unassigned -= lacking
+                lacking ^= low
 
     # Entries: node 0 is the head sentinel; op i has its call node at 1 + 2i
     # and (when completed) its return node at 2 + 2i.
     timed: list[tuple[float, int, int]] = []
-    for i, (_, op, _) in enumerate(ops):
+    for i, (_, op, _, _) in enumerate(ops):
         timed.append((op.invoked, 0, 1 + 2 * i))
         if not info[i]:
             assert op.completed is not None
@@ -441,17 +502,19 @@ def _check_key(
     # linearized together with those adds (the first of each alike class), as
     # one step. Without this, the 2**k subsets of k pending adds would all be
     # states to explore before a failing read.
-    def supply(missing: frozenset[Any]) -> tuple[int, ...]:
-        """Minimal indeterminate adds, one per missing element, or () if some
-        element has none."""
-        found: dict[Any, int] = {}
+    def supply(missing: int) -> tuple[int, ...]:
+        """Minimal indeterminate adds, one per missing element (bit), or ()
+        if some element has none."""
+        found: list[int] = []
+        covered = 0
         node = nxt[0]
         while node & 1:  # the call entries before the first return entry
             j = node >> 1
-            if info[j] and args[j] in missing and args[j] not in found:
-                found[args[j]] = j
+            if info[j] and args[j] & missing & ~covered:
+                found.append(j)
+                covered |= args[j]
             node = nxt[node]
-        return tuple(found.values()) if len(found) == len(missing) else ()
+        return tuple(found) if covered == missing else ()
 
     info_left = info_count
     second_pass = False
@@ -477,8 +540,8 @@ def _check_key(
                     tried |= 1 << alike[i]
                 new = step(state, kinds[i], args[i], results[i], second_pass)
                 used: tuple[int, ...] = ()
-                if new is _NO and lazy_adds and kinds[i] == "read" and state <= results[i]:
-                    used = supply(results[i] - state)
+                if new is _NO and lazy_adds and kinds[i] == "read" and not state & ~results[i]:
+                    used = supply(results[i] & ~state)
                     if used:
                         new = results[i]
                 if new is not _NO:
@@ -537,8 +600,8 @@ def _check_key(
                 remaining += 1
             entry = nxt[1 + 2 * i]
 
-    index, op, _ = ops[timed[stuck_rank][2] // 2 - 1]  # return node 2 + 2i closes operation i
-    shown = ", ".join(_show_state(s) for s in stuck_states)
+    index, op, _, _ = ops[timed[stuck_rank][2] // 2 - 1]  # return node 2 + 2i closes operation i
+    shown = ", ".join(show(s) for s in stuck_states)
     more = " (and others)" if len(stuck_states) >= STATE_SAMPLE else ""
     return _Outcome(
         False,
@@ -583,8 +646,10 @@ def check_linearizable(
     failed: list[tuple[str, str]] = []
     undecided: list[str] = []
     for key in sorted(by_key):
-        reduced = _abstract(model, by_key[key])
-        outcome = _check_key(reduced, step, initial, _OVERWRITES[model], model == "set", max_states)
+        reduced, show = _abstract(model, by_key[key])
+        outcome = _check_key(
+            reduced, show, step, initial, _OVERWRITES[model], model == "set", max_states
+        )
         states += outcome.states
         if outcome.ok is False:
             failed.append((key, outcome.failure))

@@ -308,6 +308,14 @@ def test_malformed_operations_raise_naming_the_operation(bad: HistoryOp, why: st
     assert "#1" in str(info.value)
 
 
+def test_malformed_set_reads_raise_naming_the_operation() -> None:
+    for bad in (r([[1]], 2, 3), r(5, 2, 3)):
+        with pytest.raises(ValueError, match="#1"):
+            check_linearizable([add(1, 0, 1), bad], model="set")
+    # A one-shot iterator is read once and kept.
+    assert accepted([add(1, 0, 1), r(iter([1]), 2, 3)], model="set")
+
+
 def test_unknown_model_and_bad_budget_raise() -> None:
     with pytest.raises(ValueError, match="model"):
         check_linearizable([], model="queue")
