@@ -145,6 +145,7 @@ def test_claim_member_stores_a_growing_incarnation_and_locks_the_member(tmp_path
     wall = INCARNATION_EPOCH + 10.0
     claimed, claim = claim_member(config, wall=wall)
     assert claimed.incarnation == 10
+    assert claim.previous is None  # a first start
     with pytest.raises(epto.MemberRunningError, match="member 4 already runs"):
         claim_member(config, wall=wall)
     # Another member may share the directory.
@@ -153,6 +154,7 @@ def test_claim_member_stores_a_growing_incarnation_and_locks_the_member(tmp_path
     claim.release()
     again, claim = claim_member(config, wall=wall)  # the same second: one above
     assert again.incarnation == 11
+    assert claim.previous == 10  # a restart
     claim.release()
     with pytest.raises(epto.ConfigurationError, match="not above"):
         claim_member(NodeConfig(pid=4, data_dir=str(tmp_path), incarnation=11), wall=wall)

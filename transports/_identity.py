@@ -43,8 +43,13 @@ __all__ = ["MemberClaim", "claim_member"]
 class MemberClaim:
     """The lock on a member's files, held until :meth:`release`."""
 
-    def __init__(self, incarnation: int, fd: int | None) -> None:
+    def __init__(self, incarnation: int, fd: int | None, previous: int | None = None) -> None:
         self.incarnation = incarnation
+        self.previous = previous
+        """The incarnation of the last start found in the data directory: an
+        int means this start is a restart of the member (it ran before, and
+        must come back into its group rather than found one); None means no
+        earlier start is known (a first start, or no data directory)."""
         self._fd = fd
 
     def release(self) -> None:
@@ -85,7 +90,7 @@ def claim_member(
     except BaseException:
         os.close(fd)
         raise
-    return attrs.evolve(config, incarnation=incarnation), MemberClaim(incarnation, fd)
+    return attrs.evolve(config, incarnation=incarnation), MemberClaim(incarnation, fd, stored)
 
 
 def _lock(path: Path, pid: ProcessId) -> int:
