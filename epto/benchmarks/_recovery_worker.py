@@ -144,15 +144,26 @@ def _run_epto(spec: dict[str, Any], conn: Any) -> None:
         with trio.move_on_after(timeout) as waiting:
             await node.wait_ready()
         if waiting.cancelled_caught:
-            raise TimeoutError(f"not ready {timeout:g} s after its start")
+            raise TimeoutError(f"not ready {timeout:g} s after its start ({_where(node)})")
         times["t_ready"] = time.time()
         phase[0] = "ready, calling incr"
         with trio.move_on_after(timeout) as calling:
             value = await node.call("incr")
         if calling.cancelled_caught:
-            raise TimeoutError(f"ready, but its first call did not return within {timeout:g} s")
+            raise TimeoutError(
+                f"ready, but its first call did not return within {timeout:g} s ({_where(node)})"
+            )
         times["t_first"] = time.time()
         put("first", _first(spec, machine, value, times))
+
+    def _where(node: Any) -> str:
+        """What the replica knows of the group, for a failure row."""
+        status = node.status()
+        where = f"applied {status.applied}, members {list(status.members)}"
+        core = getattr(node.node.statistics(), "core", None)
+        if core is not None:
+            where += f", core {sorted(core)}, quorum {status.quorum}"
+        return where
 
     async def fill(node: Any, plan: list[tuple[int, int]]) -> None:
         limit = trio.CapacityLimiter(_IN_FLIGHT)
