@@ -150,10 +150,17 @@ class Cluster:
         net = self.net
         member = self.members[pid]
         listed = self._listed()
-        # Whom a replica fetches from and counts in its majority: the
-        # founders (a joiner or a wiped replica: those running now), not the
-        # joiners an EpTO group lists before they start.
-        peers_of = [p for p in self.running() if p != pid] if joining else self.founders
+        # Whom a replica fetches from and, on EpTO, counts its majority over.
+        # EpTO: every listed member, at every replica (joiners included: the
+        # majority must be over one set everywhere, else two disjoint sides
+        # can each hold a majority of their own list). Token ring: the
+        # founders (a joiner or a wiped replica: those running now).
+        if spec.engine == "epto":
+            peers_of = listed
+        elif joining:
+            peers_of = [p for p in self.running() if p != pid]
+        else:
+            peers_of = self.founders
         worker: dict[str, Any] = {
             "engine": spec.engine,
             "pid": pid,
