@@ -176,6 +176,8 @@ class ReplicatedNode:
         """The start rule has run: the local state is known to be the group's
         (or was fetched)."""
         self._fetched_cut: OrderKey | None = None
+        self._restarted = False
+        """A state was recovered from disk: this start follows an earlier one."""
         self._started = 0.0
         self._nursery: trio.Nursery | None = None
         self.transfer_address = ""
@@ -192,6 +194,7 @@ class ReplicatedNode:
             digest_at=self.replica.digest_at,
             wait=min(5.0, cfg.transfer_timeout),
             key=self._transfer_key,
+            view=self._view,
         )
         self._stack: AsyncExitStack | None = None
 
@@ -202,6 +205,7 @@ class ReplicatedNode:
         if durable is not None:
             # Under this replica's own id, whatever the incarnation.
             durable.recover(self.replica, joining=self.config.joining is True)
+        self._restarted = self.replica.cut is not None
         ask = self.config.joining == "auto" and bool(self._peers)
         if ask or self._must_fetch or self._ring:
             self.replica.suspend()  # apply nothing until the state is known whole
@@ -261,6 +265,12 @@ class ReplicatedNode:
     @property
     def ready(self) -> bool:
         return self._ready.is_set()
+
+    def _view(self) -> int:
+        """The view the node is in (token ring: its configuration's instance)."""
+        if not self._ring or self._node is None:
+            return 0
+        return max(0, int(self._node.statistics().instance))
 
     def _in_view(self) -> bool:
         """Token ring: the node is a member of the view (not joining, not
@@ -497,6 +507,14 @@ class ReplicatedNode:
         if ready:
             if await self._settle():
                 return  # ask again, after EpTO's in-flight events arrived
+            if self._view() < max(s.view for s in ready.values()) or (
+                self._ring and self._view() == 0 and self._restarted
+            ):
+                # Token ring: a member started again as itself runs a bootstrap
+                # view until the group's configuration replaces it (the view
+                # that admits it back is a later one than the first).
+                await trio.sleep(0.05)
+                return
             best = max(ready.values(), key=lambda s: (s.cut is not None, s.cut or (0, 0, 0)))
             if self.replica.reaches(best.cut, best.digest):
                 self._resume()
@@ -574,6 +592,9 @@ class ReplicatedNode:
         replica buffered, the highest first; confirm its digest with the
         other ready peers; restore."""
         answers = await self._ask_all(())
+        views = [s.view for s in answers.values() if s is not None and s.ready]
+        if views and self._view() < max(views):
+            return False  # token ring: not in the group's view yet
         need = self.replica.needed()
         ready = [(s.cut, pid) for pid, s in answers.items() if s is not None and s.ready]
         ready.sort(key=lambda c: (c[0] is not None, c[0] or (0, 0, 0), -c[1]), reverse=True)
@@ -743,10 +764,7 @@ class ReplicatedNode:
 
     def _quorum(self, stats: Any) -> bool | None:
         if self._ring:
-            if stats is None:
-                return None
-            quorum = getattr(stats, "quorum", None)
-            return None if quorum is None else bool(quorum)
+            return None if stats is None else bool(stats.quorum)
         if not self._peers:
             others = set(self.node_config.members) - {self.node_config.pid}
             return None if others else True

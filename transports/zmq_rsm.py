@@ -12,9 +12,22 @@ applies deliveries until its own command is applied, :meth:`ZmqReplica.poll`
 applies what has arrived. The machine therefore changes only inside those
 two calls, and reads between them need no lock. With ``data_dir`` the
 replica logs, snapshots, compacts and recovers exactly as
-:class:`~epto.transports.trio_rsm.ReplicatedNode` does. State transfer to a
-late joiner is served and fetched by the trio driver only: a ZeroMQ replica
-starts from its own data directory (``joining=True`` is refused).
+:class:`~epto.transports.trio_rsm.ReplicatedNode` does, and its node keeps
+the member's incarnation and lock there (``NodeConfig.data_dir``, unless the
+node's configuration sets one): restarted on it, it is the same member in a
+new incarnation, resumes the order after the cut it recovered and never
+reuses an event id.
+
+What it does not do (docs/rsm.md, *ZeroMQ replicas*): it has no transfer
+server, so it neither fetches a state nor asks peers anything. It is ready
+as soon as its own recovery ends (``joining=True`` and
+``acknowledge="majority"`` are refused, ``peers`` is not used): ``call`` returns once the
+command is applied *here* (the local acknowledgement). On EpTO that can
+lose an acknowledged command: a replica cut off from the group applies its
+own commands, which the group never orders; and a replica restarted after
+the group moved on misses what was ordered while it was down (its later
+commands are applied to a state without them). Use the trio driver where
+acknowledged commands must survive.
 """
 
 from __future__ import annotations
@@ -23,19 +36,22 @@ import time
 from types import TracebackType
 from typing import Any, Self
 
+import attrs
+
 from epto import ConfigurationError, EventId
 from epto.endpoint import NodeConfig
 from epto.rsm import CommandFailed, Replica, StateMachine
 
 from ._rsm_durable import Durability
-from ._trio.rsm_config import CommandFailedError, ReplicaConfig, ReplicaStatus
+from ._trio.rsm_config import (
+    CommandFailedError,
+    CommandTimeoutError,
+    ReplicaConfig,
+    ReplicaStatus,
+)
 from .zmq_node import ZmqNode
 
 __all__ = ["CommandTimeoutError", "ZmqReplica"]
-
-
-class CommandTimeoutError(TimeoutError):
-    """A command was not applied here within the timeout (it may still be)."""
 
 
 class ZmqReplica:
@@ -47,6 +63,14 @@ class ZmqReplica:
         self.config = cfg = config if config is not None else ReplicaConfig()
         if cfg.joining is True:
             raise ConfigurationError("ZmqReplica: state transfer (joining) needs the trio driver")
+        if cfg.acknowledge == "majority":
+            raise ConfigurationError(
+                "ZmqReplica acknowledges locally (it asks no peer); "
+                "the majority acknowledgement needs the trio driver"
+            )
+        if cfg.data_dir and node.data_dir is None:
+            # The member's incarnation and lock live with the replica's data.
+            node = attrs.evolve(node, data_dir=cfg.data_dir)
         if node.resolved_mode() != "epto":
             raise ConfigurationError("ZmqReplica runs EpTO (the ZeroMQ node's engine)")
         self.machine = machine
@@ -60,7 +84,13 @@ class ZmqReplica:
     def __enter__(self) -> Self:
         if self._durable is not None:
             self._durable.recover(self.replica, joining=False)
-        self._node = ZmqNode(self._node_config).start()
+        node = ZmqNode(self._node_config)
+        cut = self.replica.cut
+        if cut is not None:
+            # Neither deliver again nor broadcast below what this member
+            # applied in an earlier incarnation.
+            node.resume_after(cut[0])
+        self._node = node.start()
         return self
 
     def __exit__(

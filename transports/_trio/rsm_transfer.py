@@ -16,8 +16,9 @@ state follows its header as raw bytes, in chunks. Requests:
   :data:`MAX_CUTS` cuts, ``wait`` at most :data:`MAX_STATE_WAIT`): the server
   waits at most ``wait`` seconds until its cut reaches the first of ``cuts``,
   then answers ``{"ready": BOOL, "cut": KEY | null, "digest": HEX | null,
-  "at": [HEX | null, ...]}``: whether it is ready, its latest cut and digest,
-  and its digest at each of ``cuts`` (null: not one of its recent cuts). The
+  "at": [HEX | null, ...], "view": INT}``: whether it is ready, its latest
+  cut and digest, its digest at each of ``cuts`` (null: not one of its recent
+  cuts) and the view its node is in (token ring; optional). The
   confirmations of a call's cut (docs/rsm.md, *Acknowledgement*), the start
   of a restarted replica and the choice of a provider all ask this.
 
@@ -117,6 +118,9 @@ class PeerState:
     cut: OrderKey | None
     digest: bytes | None
     at: tuple[bytes | None, ...] = ()
+    view: int = 0
+    """The view its node is in (token ring: the configuration's instance; 0
+    where the server does not say)."""
 
 
 def decode_state(answer: dict[str, Any], asked: int) -> PeerState:
@@ -130,11 +134,15 @@ def decode_state(answer: dict[str, Any], asked: int) -> PeerState:
         raise TransferError("a state answer without 'ready'")
     if not isinstance(at, list) or len(at) != asked:
         raise TransferError(f"a state answer with other than {asked} digests")
+    view = answer.get("view", 0)
+    if not isinstance(view, int) or isinstance(view, bool) or not 0 <= view < 2**64:
+        raise TransferError(f"not a view: {view!r}"[:100])
     return PeerState(
         ready=ready,
         cut=_key(answer.get("cut")),
         digest=_digest(answer.get("digest")),
         at=tuple(_digest(v) for v in at),
+        view=view,
     )
 
 
@@ -196,8 +204,10 @@ class TransferServer:
         max_connections: int = 16,
         key: TransferKey | None = None,
         request_timeout: float = 10.0,
+        view: Callable[[], int] | None = None,
     ) -> None:
         self._snapshot = snapshot
+        self._view = view
         self._ready = ready
         self._cut = cut
         self._digest_at = digest_at
@@ -309,15 +319,15 @@ class TransferServer:
         cut = self._cut()
         digest = self._digest_at(cut)
         at = [self._digest_at(c) if ready else None for c in cuts]
-        await _send(
-            stream,
-            {
-                "ready": ready,
-                "cut": None if cut is None else list(cut),
-                "digest": None if digest is None else digest.hex(),
-                "at": [None if d is None else d.hex() for d in at],
-            },
-        )
+        answer: dict[str, Any] = {
+            "ready": ready,
+            "cut": None if cut is None else list(cut),
+            "digest": None if digest is None else digest.hex(),
+            "at": [None if d is None else d.hex() for d in at],
+        }
+        if self._view is not None:
+            answer["view"] = self._view()
+        await _send(stream, answer)
 
     async def _serve_latest(self, stream: trio.abc.Stream) -> None:
         if not self._ready():
