@@ -328,7 +328,7 @@ class _PySyncObjReplica:
         timeout = self.timeout
         if op == "leader":
             self._until(lambda: self._leader(obj) is not None, timeout)
-            return {"leader": self._leader(obj), "me": me}
+            return {"leader": self._leader(obj), "me": me, "term": obj.getStatus()["raft_term"]}
         if op == "fill":
             self.fill(machine, arg)
         elif op == "incr":

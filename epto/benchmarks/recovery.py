@@ -240,6 +240,9 @@ def _choreography(group: _Group, scenario: str, case: str) -> dict[str, Any]:
         counter = group.order(stage, [issuer], "incr", missed)[issuer]["value"]
         applied += missed
     time.sleep(args.down)
+    notes = []
+    survivors = [i for i in everyone if i not in victims]
+    before = _leader(group, survivors) if group.system == "pysyncobj" and missed else None
     group.stage = "restarting"
     for v in victims:
         group.spawn(v, restarted=True)
@@ -250,9 +253,16 @@ def _choreography(group: _Group, scenario: str, case: str) -> dict[str, Any]:
         ((v, error),) = failed.items()
         raise RunFailed(f"recovering: pid {v + 1}: {error}")
     if failed:  # the others' figures are still worth a row
-        return {"victims": victims, "firsts": firsts, "bad": ["FAILED"]}
+        return {"victims": victims, "firsts": firsts, "bad": ["FAILED"], "notes": []}
     applied += len(victims)
     bad = _check_values(firsts, counter, len(victims), _entries(group.plan))
+    if before is not None:
+        after = _leader(group, everyone)
+        if after != before:
+            notes.append(
+                f"leader pid {before[0] + 1} in term {before[1]} before the restart, "
+                f"pid {after[0] + 1} in term {after[1]} after"
+            )
     group.order("settling after the restart", everyone, "settle", applied)
     finals = group.order("stopping", everyone, "stop")
     ends = {(f["counter"], f["n"], f["state"]) for f in finals.values()}
@@ -262,18 +272,26 @@ def _choreography(group: _Group, scenario: str, case: str) -> dict[str, Any]:
             for i, f in sorted(finals.items())
         )
         bad.append(f"REPLICAS DIFFER at the end ({each})")
-    return {"victims": victims, "firsts": firsts, "bad": bad}
+    return {"victims": victims, "firsts": firsts, "bad": bad, "notes": notes}
+
+
+def _leader(group: _Group, indices: Iterable[int]) -> tuple[int, int]:
+    """PySyncObj: the index of the leader the replicas ``indices`` agree on,
+    and the highest Raft term among them."""
+    answers = group.order("finding the leader", indices, "leader")
+    leaders = {a["leader"] for a in answers.values()}
+    if len(leaders) != 1 or None in leaders:
+        raise RunFailed(f"finding the leader: the replicas disagree ({sorted(map(str, leaders))})")
+    (leader,) = leaders
+    term = max(a["term"] for a in answers.values())
+    return group.ports.index(int(leader.rsplit(":", 1)[1])), term
 
 
 def _victims(group: _Group, scenario: str, case: str) -> list[int]:
     n = group.n
     if group.system != "pysyncobj":
         return [1] if scenario == "one" else [2, 3, 4]
-    answers = group.order("finding the leader", range(n), "leader")
-    leaders = {a["leader"] for a in answers.values()}
-    if len(leaders) != 1 or None in leaders:
-        raise RunFailed(f"finding the leader: the replicas disagree ({sorted(map(str, leaders))})")
-    leader = next(i for i, a in answers.items() if a["me"] == a["leader"])
+    leader = _leader(group, range(n))[0]
     if scenario == "one" and case == "leader":
         return [leader]
     followers = [i for i in range(n) if i != leader]
@@ -315,7 +333,7 @@ def _row_one(system: str, case: str, mb: float, rnd: int, r: dict[str, Any]) -> 
         f"python up {f['t_imported'] - f['t_spawn']:.2f}s, "
         f"ready {f['t_ready'] - f['t_spawn']:.2f}s, "
         f"first command {f['t_first'] - f['t_spawn']:.2f}s (incr -> {f['value']}), "
-        f"cpu {f['cpu']:.2f}s" + "".join(f"; {b}" for b in r["bad"])
+        f"cpu {f['cpu']:.2f}s" + "".join(f"; {b}" for b in r["bad"] + r["notes"])
     )
 
 
