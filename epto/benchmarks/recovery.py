@@ -429,7 +429,8 @@ def _scenario_three(systems: list[str], sizes: list[float], args: argparse.Names
                     met = "target met" if worst < args.target else "TARGET MISSED"
                 status |= 1 if r["bad"] or worst >= args.target else 0
                 notes = "".join(f"; {b}" for b in r["bad"] if b != "FAILED")
-                most = f"max {worst:.2f}s" if served else "none served"
+                ready = [f["t_ready"] - f["t_spawn"] for f in firsts.values() if "error" not in f]
+                most = f"max {worst:.2f}s (ready {max(ready):.2f}s)" if served else "none served"
                 print(f"{head} {each}; {most}, {met}{notes}", flush=True)
     return status
 
