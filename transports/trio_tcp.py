@@ -273,6 +273,14 @@ class TokenRingNode(TcpNode[TokenRingEndpoint]):
             )
         )
         self.config = cfg = attrs.evolve(self.config, incarnation=identity.incarnation)
+        # A member that ran before (its directory held an earlier incarnation)
+        # comes back into its group; it founds one only when told to, or when
+        # it is the group's only member (nobody else could admit it).
+        restarted = (
+            self._claim.previous is not None
+            and not cfg.fresh_group
+            and bool(set(cfg.members) - {cfg.pid})
+        )
         return TokenRingEndpoint(
             cfg.pid,
             cfg.tokenring,
@@ -287,6 +295,7 @@ class TokenRingNode(TcpNode[TokenRingEndpoint]):
             roster=cfg.roster,
             rng=random.Random(cfg.seed),
             incarnation=identity.incarnation or 0,
+            restarted=restarted,
         )
 
     def _stopped_error(self, reason: str) -> Exception:

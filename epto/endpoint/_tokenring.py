@@ -75,6 +75,8 @@ class TokenRingEndpoint:
     ``incarnation`` is this start of the member
     (:class:`~epto.tokenring.TokenRingProcess`): a member started again
     under its id with a higher one is admitted back in place of the earlier.
+    ``restarted`` says that this start is not the member's first: it joins
+    its group instead of founding one (``TokenRingProcess(restarted=)``).
     """
 
     def __init__(
@@ -93,6 +95,7 @@ class TokenRingEndpoint:
         roster: Mapping[ProcessId, bytes] | None = None,
         rng: random.Random,
         incarnation: int = 0,
+        restarted: bool = False,
     ) -> None:
         self._pid = pid
         self.limits = limits
@@ -114,6 +117,7 @@ class TokenRingEndpoint:
             ring = attrs.evolve(ring, allowed_joiners=frozenset(roster))
         hooks: dict[str, Any] = {}
         hooks["incarnation"] = incarnation
+        hooks["restarted"] = restarted
         if signing_key is not None:
             hooks["signer"] = EventSigner(pid, signing_key).signature
         if roster is not None:

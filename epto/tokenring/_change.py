@@ -330,6 +330,11 @@ class ViewChange:
             # An earlier incarnation of this member is the member there.
             event = Input.INSTALL_NOT_MEMBER
         was_joining = s.role is Role.JOINING
+        if was_joining and s.restarted and listed != s.incarnation:
+            # A restart of a member is admitted only by a configuration that
+            # lists this incarnation; one that lists the member without it (the
+            # bootstrap view, an earlier incarnation) is the view to ask.
+            event = Input.INSTALL_NOT_MEMBER
         if was_joining and event is Input.INSTALL_NOT_MEMBER:
             self._joins.learn_view(config)
             return

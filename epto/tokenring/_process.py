@@ -105,6 +105,13 @@ class TokenRingProcess:
     becomes True when the process is out of the view for good (``exclusion``
     says why; ``"superseded"`` when a later incarnation of the member is in
     the view): start the member again to rejoin.
+
+    ``restarted=True`` says that this start is not the member's first (its
+    data directory held an earlier incarnation, ``MemberClaim.previous``):
+    the process then never founds a group at position 0, even with
+    ``members``; it asks the other members to admit this incarnation (role
+    ``joining``) and counts itself a member only once a configuration lists
+    this incarnation. ``incarnation`` must then be above 0.
     """
 
     def __init__(
@@ -119,12 +126,28 @@ class TokenRingProcess:
         signer: Callable[[Event], bytes] | None = None,
         verifier: Callable[[Event], str | None] | None = None,
         incarnation: int = 0,
+        restarted: bool = False,
     ) -> None:
         if not isinstance(pid, int) or not 0 <= pid < 2**64:
             raise LocalProtocolError(f"process id must be an integer in [0, 2**64), got {pid!r}")
         check_incarnation(incarnation)
         self.pid = pid
         self.cfg = config
+        if restarted and not incarnation:
+            raise LocalProtocolError("a restarted member needs an incarnation above 0")
+        if restarted and members is not None:
+            # A member that ran before never founds a group: the group it
+            # belongs to may be past its bootstrap view, or run on without it.
+            # It asks the other members to admit this incarnation.
+            if pid not in members:
+                raise LocalProtocolError("a bootstrap member must be in members")
+            contacts = [m for m in members if m != pid]
+            if not contacts:
+                raise LocalProtocolError(
+                    "a group of one member restarted: nobody can admit it back; start "
+                    "it as a new group knowingly (restarted=False)"
+                )
+            members = None
         if members is not None:
             if pid not in members:
                 raise LocalProtocolError("a bootstrap member must be in members")
@@ -147,6 +170,7 @@ class TokenRingProcess:
             verifier=verifier,
             incarnation=incarnation,
             now=now,
+            restarted=restarted,
         )
         self._deliveries: deque[Delivery] = deque()
         self._out = out = Outbox(s, now)
@@ -194,8 +218,9 @@ class TokenRingProcess:
                 Latencies: optimistic.plans.on_latencies,
                 Delays: optimistic.plans.on_delays,
             }
-        self._restarted = members is not None
-        """Started as a bootstrap member (it may turn joining: see :meth:`broadcast`)."""
+        self._restarted = members is not None or restarted
+        """Started as a bootstrap member, or as a restart of a member (it may
+        be joining: see :meth:`broadcast`)."""
         if members is not None:
             out.track(view.members)
             s.fd.grace(members, now)

@@ -24,6 +24,10 @@ Rules:
   bootstrap member that finds the group beyond its bootstrap view while
   fresh has just (re)started, and joins instead of taking the state it
   never held.
+* ``restarted`` (fixed at start) is True for a start of a member that ran
+  before (its data directory holds an earlier incarnation): it never founds
+  a group; it joins, and only a configuration that lists this incarnation
+  admits it.
 * ``now`` is the latest time an input brought (statistics read it).
 * An event enters (a payload, a catch-up entry, a reported one) only if
   :meth:`Shared.authentic` says so; a refusal is counted in ``rejected`` by
@@ -60,6 +64,7 @@ class Shared:
         "now",
         "pid",
         "rejected",
+        "restarted",
         "role",
     )
 
@@ -73,8 +78,10 @@ class Shared:
         verifier: Callable[[Event], str | None] | None,
         incarnation: int = 0,
         now: float = 0.0,
+        restarted: bool = False,
     ) -> None:
         self.pid = pid
+        self.restarted = restarted
         self.incarnation = incarnation
         self.incarnations: dict[ProcessId, int] = {pid: incarnation}
         self.newer: dict[ProcessId, int] = {}

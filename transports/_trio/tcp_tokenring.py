@@ -66,7 +66,17 @@ class TokenRingNodeConfig:
     """The member's own directory (``NodeConfig.data_dir``): its last
     incarnation is kept there and locked while the node runs, so that a
     second live process with this id and directory is refused
-    (:class:`epto.MemberRunningError`)."""
+    (:class:`epto.MemberRunningError`). A start that finds an earlier
+    incarnation there is a *restart*: the member never founds a group at
+    position 0 then, it asks the other members to admit it back (unless
+    ``fresh_group``)."""
+    fresh_group: bool = False
+    """Found a new group at position 0 with ``members`` even if ``data_dir``
+    says this member ran before: the explicit way to start a whole group
+    again after every member, or a majority of them, went down at once
+    (docs/token-ring.md, *Restart*, *A majority restarted*). Every member of
+    the new group must be started this way (or for the first time), and no
+    process of the former group may still run. Ignored with ``contacts``."""
     group: int = 0
     """Group id carried by every frame; frames of other groups are refused."""
     group_key: GroupKey | None = None
