@@ -164,3 +164,79 @@ def test_a_second_live_process_of_a_member_is_refused(tmp_path: Path) -> None:
         assert "already runs" in lines[0] and "Traceback" not in second.stderr
     finally:
         stop_all([first])
+
+
+def _payloads_within(proc: subprocess.Popen[str], seconds: float, pending: bytearray) -> set[str]:
+    """The payloads ``proc`` delivers within ``seconds``."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    got: set[str] = set()
+    deadline = time.monotonic() + seconds
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        while (left := deadline - time.monotonic()) > 0:
+            if sel.select(left):
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                pending += chunk
+            while b"\n" in pending:
+                line, _, rest = bytes(pending).partition(b"\n")
+                pending[:] = rest
+                got.add(json.loads(line)["payload"])
+    return got
+
+
+def test_a_majority_killed_and_started_again_never_splits(tmp_path: Path) -> None:
+    """Two of three members SIGKILLed and started again at once on their log
+    directories: they ask to be admitted (they never found a group of their
+    own next to member 1), nothing is delivered anywhere while the group has
+    no majority of the members that held its order, and ``epto check``
+    passes over every log. The documented way out, every member stopped and
+    started again on a new directory (a new group), delivers again."""
+    ports = free_ports(len(PIDS), socket.SOCK_STREAM)
+    logs = tmp_path / "logs"
+    procs: dict[int, subprocess.Popen[str]] = {}
+    pending = {p: bytearray() for p in PIDS}
+    everyone: list[subprocess.Popen[str]] = []
+    try:
+        for pid in PIDS:
+            procs[pid] = spawn(_argv(pid, ports, logs))
+            everyone.append(procs[pid])
+        for pid in PIDS:
+            wait_for_line(procs[pid], "ready", timeout=30)
+        for pid in PIDS:
+            _say(procs[pid], f"before {pid}")
+        before = {f"before {p}" for p in PIDS}
+        for pid in PIDS:
+            _until_payloads(procs[pid], before, 30, pending[pid])
+        for pid in (2, 3):
+            procs[pid].send_signal(signal.SIGKILL)
+        for pid in (2, 3):
+            procs[pid].wait(timeout=10)
+            procs[pid] = spawn(_argv(pid, ports, logs))
+            everyone.append(procs[pid])
+            pending[pid] = bytearray()
+        for pid in (2, 3):
+            wait_for_line(procs[pid], "ready", timeout=30)
+        for pid in PIDS:
+            _say(procs[pid], f"during {pid}")
+        for pid in PIDS:
+            assert not _payloads_within(procs[pid], 1.5, pending[pid]), pid
+        stop_all(list(procs.values()))
+        assert main(["check", str(logs)]) == 0
+        # A new group: every member on a new directory.
+        fresh = tmp_path / "fresh"
+        for pid in PIDS:
+            procs[pid] = spawn(_argv(pid, ports, fresh))
+            everyone.append(procs[pid])
+            pending[pid] = bytearray()
+        for pid in PIDS:
+            wait_for_line(procs[pid], "ready", timeout=30)
+        for pid in PIDS:
+            _say(procs[pid], f"again {pid}")
+        for pid in PIDS:
+            _until_payloads(procs[pid], {f"again {p}" for p in PIDS}, 30, pending[pid])
+    finally:
+        stop_all(everyone)
+    assert main(["check", str(fresh)]) == 0
