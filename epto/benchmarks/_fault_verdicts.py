@@ -26,6 +26,8 @@ Definitions (stated again in docs/faults.md):
   next fault (or the end of the load), the longest interval with no ``ok``
   operation completing, the fault's start counting as the first point; and
   the time from the fault's heal to the first ``ok`` completion after it.
+  The run's **longest outage**: the longest interval of the load with no
+  ``ok`` completion, whatever faults it spans.
 * **Divergence**: live, ready replicas whose final (cut, digest) or state
   differ once the group is quiet. A live replica that is not ready at the
   end is reported apart (stuck), not as divergent.
@@ -44,6 +46,7 @@ __all__ = [
     "FaultRecord",
     "Op",
     "divergence",
+    "longest_outage",
     "lost_acknowledged",
     "unavailability",
 ]
@@ -194,6 +197,20 @@ def unavailability(
         recovery = after[0] - fault.healed if after else None
         windows.append(Window(fault=fault, until=until, gap=gap, recovery=recovery))
     return windows
+
+
+def longest_outage(history: Iterable[Op], start: float, end: float) -> tuple[float, float]:
+    """The longest interval of ``[start, end]`` with no ``ok`` operation
+    completing, as ``(from, to)``: an outage that spans several faults, which
+    each fault's window (cut at the next fault) does not show whole."""
+    points = [
+        start,
+        *sorted(
+            op.completed for op in history if op.status == "ok" and start < op.completed <= end
+        ),
+        end,
+    ]
+    return max(itertools.pairwise(points), key=lambda ab: ab[1] - ab[0])
 
 
 @attrs.frozen(kw_only=True)

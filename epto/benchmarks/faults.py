@@ -54,6 +54,7 @@ from ._fault_verdicts import (
     FaultRecord,
     Op,
     divergence,
+    longest_outage,
     lost_acknowledged,
     unavailability,
 )
@@ -213,9 +214,11 @@ def print_report(report: RunReport, label: str) -> None:
         f"{label}: {spec.engine}, {spec.replicas} replicas, {spec.workload}, seed {spec.seed}, "
         f"{report.elapsed:.0f} s"
     )
+    a, b = longest_outage(report.history, 0.0, report.load_end)
     print(
         f"  ops {len(report.history)} (ok {counts['ok']}, fail {counts['fail']}, "
-        f"info {counts['info']}); ok after the last heal {report.ok_after_heal()}"
+        f"info {counts['info']}); ok after the last heal {report.ok_after_heal()}; "
+        f"longest outage {b - a:.1f}s ({a:.1f}s to {b:.1f}s)"
     )
     print(
         f"  linearizable {_lin(report.linearizable)}; lost acknowledged writes "
@@ -268,6 +271,8 @@ def summarize(reports: list[RunReport]) -> str:
             f"{k} n={len(v)} max {max(v):.1f}s median {sorted(v)[len(v) // 2]:.1f}s"
             for k, v in sorted(gaps.items())
         )
+        outages = [longest_outage(r.history, 0.0, r.load_end) for r in rs]
+        worst = max(b - a for a, b in outages)
         lines.append(
             f"summary {engine}: runs {len(rs)}, ops {sum(counts.values())} (ok {counts['ok']}, "
             f"fail {counts['fail']}, info {counts['info']}), linearizable "
@@ -277,7 +282,8 @@ def summarize(reports: list[RunReport]) -> str:
             f"{sum(bool(r.diverged and r.diverged.divergent) for r in rs)}, runs with a replica "
             f"not ready at the end {sum(bool(r.diverged and r.diverged.stuck) for r in rs)}, "
             f"unexpected exits {sum(sum('exited by itself' in e for e in r.events) for r in rs)}; "
-            f"unavailability: {windows or 'no faults'}"
+            f"longest outage {worst:.1f}s; unavailability after each fault: "
+            f"{windows or 'no faults'}"
         )
     return "\n".join(lines)
 

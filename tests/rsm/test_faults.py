@@ -21,6 +21,7 @@ from epto.benchmarks._fault_verdicts import (
     FaultRecord,
     Op,
     divergence,
+    longest_outage,
     lost_acknowledged,
     unavailability,
 )
@@ -237,6 +238,9 @@ def test_unavailability_windows() -> None:
     windows = unavailability(history, faults, end=10.0)
     assert [round(w.gap, 6) for w in windows] == [2.8, 1.5, 1.0]
     assert [w.recovery for w in windows] == [None, None, 0.5]
+    # The run's longest outage spans faults: 2.2 -> 6.0.
+    assert longest_outage(history, 0.0, 10.0) == (2.2, 6.0)
+    assert longest_outage([], 0.0, 3.0) == (0.0, 3.0)
     # A fault with no success at all until the end: the whole window.
     (alone,) = unavailability([], [FaultRecord(kind="kill", start=1.0, healed=2.0)], end=4.0)
     assert alone.gap == 3.0 and alone.recovery is None
