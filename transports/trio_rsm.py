@@ -390,7 +390,9 @@ class ReplicatedNode:
             call = self._calls.get(eid)
             if call is not None:
                 call.done.set()
-        if not len(self._commits):
+        if not len(self._commits) and self._work.is_set():
+            # Replaced only once set: a loop waiting on it must be woken by
+            # the next call, not left on an event nobody sets.
             self._work = trio.Event()
 
     def _complete_unknown(self, events: Iterable[EventId]) -> None:
