@@ -343,3 +343,24 @@ def test_epto_cut_off_replica_acknowledges_nothing(tmp_path: Path) -> None:
     ]
     assert acked_while_cut == [], f"{len(acked_while_cut)} acknowledged while cut off"
     _assert_safe_and_live(report)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="token ring: two of three replicas SIGKILLed at once and restarted with their "
+    "data directories stay not ready (ReplicaNotReadyError) and the group never serves "
+    "again (docs/faults.md, What it found, 1)",
+)
+def test_token_ring_recovers_from_two_of_three_killed_at_once(tmp_path: Path) -> None:
+    spec = RunSpec(
+        engine="token-ring",
+        seed=103,
+        faults=("several",),
+        schedule=("several",),
+        **{**_SLICE, "settle": 8.0},  # type: ignore[arg-type]
+    )
+    report = trio.run(run_once, spec, tmp_path / "run")
+    judge(report, max_states=200_000)
+    assert report.faults[0].note == "1:kill 2:kill"
+    _assert_safe_and_live(report)
