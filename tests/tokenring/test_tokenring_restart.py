@@ -191,12 +191,13 @@ def test_a_member_restarted_under_its_id_is_admitted_back(downtime: float, resta
     assert mine and others[-len(mine) :] == mine
 
 
-def test_the_token_holder_restarted_under_its_id_is_admitted_back() -> None:
+@pytest.mark.parametrize("restarted", [False, True], ids=["no-directory", "directory"])
+def test_the_token_holder_restarted_under_its_id_is_admitted_back(restarted: bool) -> None:
     net = RestartNet(3, CFG, seed=5)
     _steady(net, 1.0)
     holder = next(p for p, proc in net.procs.items() if proc.holds_token())
     net.crash(holder)
-    back = net.restart(holder)
+    back = net.restart(holder, restarted)
     _steady(net, 4.0)
     assert back.role.value in ("core", "external")
     assert all(proc.config.incarnation_of(holder) == 1 for proc in net.procs.values())
@@ -225,8 +226,9 @@ def test_an_earlier_incarnation_running_again_stops_as_superseded() -> None:
     _assert_safe(net)
 
 
+@pytest.mark.parametrize("restarted", [False, True], ids=["no-directory", "directory"])
 @pytest.mark.parametrize("seed", range(8))
-def test_random_restarts_keep_order_and_integrity(seed: int) -> None:
+def test_random_restarts_keep_order_and_integrity(seed: int, restarted: bool) -> None:
     rng = random.Random(seed)
     net = RestartNet(rng.choice([3, 4, 5]), CFG, seed=seed)
     # One member down at a time (a majority stays up: see docs/token-ring.md,
@@ -250,7 +252,7 @@ def test_random_restarts_keep_order_and_integrity(seed: int) -> None:
             if what >= 0 and what in net.procs:
                 net.crash(what)
             elif what < 0 and -1 - what not in net.procs:
-                net.restart(-1 - what)
+                net.restart(-1 - what, restarted)
         net.run_until(t)
         if t < 6.0:
             for p in list(net.procs):
@@ -455,4 +457,36 @@ def test_a_whole_group_restarted_waits_for_an_explicit_new_start() -> None:
     _load(net, net.now + 2.0)
     assert all(proc.role.value == "joining" and not proc.holds_token() for proc in back)
     assert all(net.delivered[(p.pid, p.incarnation)] == [] for p in back)
+    _assert_safe(net)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_majority_restarts_never_split(seed: int) -> None:
+    """A majority killed at drawn times, each started again with its
+    directory after a drawn downtime (some while others are down, some
+    after): order and integrity hold over every incarnation, and no position
+    ever holds two events."""
+    rng = random.Random(1000 + seed)
+    n = rng.choice([3, 4, 5])
+    net = RestartNet(n, CFG, seed=seed)
+    down = rng.sample(range(n), n // 2 + 1)
+    events = []
+    for p in down:
+        at = rng.uniform(0.5, 1.5)
+        events += [(at, p, False), (at + rng.uniform(0.0, 3.0), p, True)]
+    events.sort()
+    i = 0
+    while net.now < 7.0:
+        while events and events[0][0] <= net.now:
+            _, p, back = events.pop(0)
+            if back:
+                net.restart(p, restarted=True)
+            else:
+                net.crash(p)
+        for p in list(net.procs):
+            if rng.random() < 0.5:
+                net.broadcast(p, b"x%d-%d" % (p, i))
+        i += 1
+        net.run_until(net.now + 0.05)
+    net.run_until(9.0)
     _assert_safe(net)
