@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
-import hashlib
 import math
 import os
 import signal
@@ -61,10 +60,6 @@ def _leaf(err: BaseException) -> str:
     while isinstance(err, BaseExceptionGroup) and err.exceptions:
         err = err.exceptions[0]
     return f"{type(err).__name__}: {err}"
-
-
-def _state_hash(machine: Any) -> str:
-    return hashlib.sha256(machine._dump()).hexdigest()[:16]
 
 
 def _first(spec: dict[str, Any], machine: Any, value: Any, times: dict[str, float]) -> Any:
@@ -127,7 +122,7 @@ def _run_epto(spec: dict[str, Any], conn: Any) -> None:
     import trio
 
     from epto.benchmarks.replication import _ring_formed
-    from epto.benchmarks.rsm import _epto_machine
+    from epto.benchmarks.rsm import _epto_machine, _state_hash
     from epto.transports.trio_rsm import ReplicatedNode
 
     timeout = spec["timeout"]
@@ -265,7 +260,7 @@ class _PySyncObjReplica:
     def run(self) -> None:
         from pysyncobj import SyncObj, SyncObjConf
 
-        from epto.benchmarks.rsm import _pysyncobj_machine
+        from epto.benchmarks.rsm import _pysyncobj_machine, _state_hash
 
         spec, timeout = self.spec, self.timeout
         times = {"t_imported": time.time()}

@@ -32,6 +32,11 @@ and in a second case the leader; the epto engines have no leader: pid 2);
 within ``--target`` seconds. Runs are interleaved across systems, round by
 round; every wait is bounded by ``--timeout``, and a run that fails prints a
 failure row saying where.
+
+Size: one harness (about 500 lines) for three systems and two scenarios: the
+group of worker processes and its pipes, the choreography of one crash, the
+checks of what the restarted replicas return and the two tables; the replica
+processes themselves are ``_recovery_worker.py``.
 """
 
 from __future__ import annotations
