@@ -346,13 +346,11 @@ def test_epto_cut_off_replica_acknowledges_nothing(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="token ring: two of three replicas SIGKILLed at once and restarted with their "
-    "data directories stay not ready (ReplicaNotReadyError) and the group never serves "
-    "again (docs/faults.md, What it found, 1)",
-)
-def test_token_ring_recovers_from_two_of_three_killed_at_once(tmp_path: Path) -> None:
+def test_token_ring_two_of_three_killed_at_once_wait_and_lose_nothing(tmp_path: Path) -> None:
+    """A majority restarted at once is not admitted back automatically
+    (docs/token-ring.md, *A majority restarted at once*: no safe automatic
+    step; the operator starts a fresh group): the two restarted replicas stay
+    not ready, and nothing acknowledged is lost or reordered meanwhile."""
     spec = RunSpec(
         engine="token-ring",
         seed=103,
@@ -362,5 +360,11 @@ def test_token_ring_recovers_from_two_of_three_killed_at_once(tmp_path: Path) ->
     )
     report = trio.run(run_once, spec, tmp_path / "run")
     judge(report, max_states=200_000)
-    assert report.faults[0].note == "1:kill 2:kill"
-    _assert_safe_and_live(report)
+    detail = f"events {report.events}; {report.lin_detail}; finals {report.finals}"
+    assert report.faults[0].note == "1:kill 2:kill", detail
+    assert report.linearizable is True and report.lost == [], detail
+    assert report.diverged is not None and not report.diverged.divergent, detail
+    # Documented: the restarted majority waits to be admitted (if this
+    # changes, the group serves again: update this test and docs/faults.md).
+    assert report.diverged.stuck == (1, 2), detail
+    assert report.ok_after_heal() == 0, detail
