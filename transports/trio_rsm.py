@@ -24,6 +24,16 @@ Rules:
   are deleted. On start the newest snapshot that checks out is restored and the
   log after it replayed: a crash at any point loses no applied command and
   applies none twice.
+* **Ready** (docs/rsm.md, *Ready*): in the view (token ring), its own
+  snapshot and log restored (an EpTO replica then resumes its node after the
+  cut it recovered), and, with ``peers`` (``joining="auto"``), confirmed
+  with a ready peer or fetched from one. Before that it applies nothing,
+  serves nothing and ``call``/``submit`` raise :class:`ReplicaNotReadyError`.
+* **Acknowledgement** (docs/rsm.md, *Acknowledgement*): ``call`` returns
+  once the command is applied here (the token ring, whose positions are
+  final; ``acknowledge="local"``) or, EpTO's default, once a majority of
+  ``peers`` plus itself confirmed the prefix up to it (one task per peer
+  asks it; :class:`epto.rsm._commit.CommitTracker` keeps the count).
 * **Joining** (``joining=True``): deliveries are buffered; the state is
   fetched from one of ``peers`` (transfer addresses) at a cut that reaches
   what was buffered, its digest is confirmed by at least one other peer and
@@ -41,10 +51,11 @@ Rules:
   is applied here. ``ReplicaConfig.on_applied`` is called after each command
   applied and each state restored (the editor's server uses it).
 
-Size: one class whose parts share its state: applying, calls, fetching and
-auditing all take the same apply lock and complete the same pending calls
-(the transfer protocol, configuration and durability are modules of their
-own already).
+Size: one class whose parts share its state: applying, calls, becoming
+ready, fetching, confirming and auditing all take the same apply lock and
+complete the same pending calls (the transfer protocol, configuration,
+durability and the commit rule's bookkeeping are modules of their own
+already).
 """
 
 from __future__ import annotations

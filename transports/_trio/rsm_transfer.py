@@ -41,6 +41,11 @@ a handshake, then AEAD records. The server reads the request only from a
 record that authenticated, and counts a broken channel in ``refused`` by its
 reason; the client takes nothing before a record authenticated. Without a
 key the bytes on the wire are the plain protocol's.
+
+Size: the server and the client of one protocol, each request's encoder
+beside its decoder (what one side writes the other reads), so that a change
+to a message is one change in one file; the sealed channel under it is a
+module of its own.
 """
 
 from __future__ import annotations
