@@ -303,13 +303,15 @@ NODE_MODULES: dict[str, frozenset[str]] = {
     "epto.transports.trio_rsm": frozenset(
         {
             "CommandFailedError",
+            "CommandTimeoutError",
             "ReplicaConfig",
+            "ReplicaNotReadyError",
             "ReplicaStatus",
             "ReplicatedNode",
             "ResultUnavailableError",
         }
     ),
-    "epto.transports.trio_editor": frozenset({"EditorConfig", "EditorServer"}),
+    "epto.transports.trio_editor": frozenset({"EditorConfig", "EditorServer", "ReplicaNotReady"}),
     "epto.transports.trio_tcp": frozenset(
         {
             "MemberExcludedError",
