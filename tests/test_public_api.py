@@ -311,7 +311,7 @@ NODE_MODULES: dict[str, frozenset[str]] = {
             "ResultUnavailableError",
         }
     ),
-    "epto.transports.trio_editor": frozenset({"EditorConfig", "EditorServer", "ReplicaNotReady"}),
+    "epto.transports.trio_editor": frozenset({"EditorConfig", "EditorServer"}),
     "epto.transports.trio_tcp": frozenset(
         {
             "MemberExcludedError",

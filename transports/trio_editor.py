@@ -56,7 +56,6 @@ from typing import Any, Self
 import attrs
 import trio
 
-from epto import EptoError
 from epto._incarnation import first_seq
 from epto.apps._editor import (
     KEEP,
@@ -75,11 +74,11 @@ from epto.endpoint import Address, NodeConfig, parse_host_port
 from epto.wire import GroupSealer
 
 from ._loop import fresh_rng
-from ._trio.rsm_config import ReplicaConfig
+from ._trio.rsm_config import ReplicaConfig, ReplicaNotReadyError
 from ._trio.websocket import WebSocket, WebSocketClosed, serve_http
 from .trio_rsm import ReplicatedNode
 
-__all__ = ["EditorConfig", "EditorServer", "ReplicaNotReady"]
+__all__ = ["EditorConfig", "EditorServer"]
 
 
 @attrs.frozen(kw_only=True)
@@ -146,7 +145,8 @@ class EditorServer:
     async def __aenter__(self) -> Self:
         async with AsyncExitStack() as stack:
             await stack.enter_async_context(self.node)
-            self.doc.number_from(_first_seq(self.node.node))
+            # Above every earlier start's operations: this start's event ids.
+            self.doc.number_from(first_seq(self.node.node.incarnation))
             udp = self._udp = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
             stack.callback(udp.close)
             nursery = self._nursery = await stack.enter_async_context(trio.open_nursery())
@@ -185,7 +185,7 @@ class EditorServer:
     def ready(self) -> bool:
         """The replica holds the group's text (``ReplicatedNode.ready``, no hole since)."""
         node = self.node
-        return bool(getattr(node, "ready", True)) and node.replica.ready and node.node is not None
+        return node.ready and node.replica.ready and node.node is not None
 
     # -- the document ----------------------------------------------------------------
 
@@ -268,10 +268,11 @@ class EditorServer:
 
     def local_edit(self, op: Operation) -> None:
         """An edit of the local view by this replica's user (a bot, a test).
-        Refused (:class:`ReplicaNotReady`) while the replica is not ready: it
-        would be an edit of a text that is not the group's."""
+        Refused (:class:`~epto.transports.trio_rsm.ReplicaNotReadyError`)
+        while the replica is not ready: it would be an edit of a text that is
+        not the group's."""
         if not self.ready:
-            raise ReplicaNotReady("the replica is not ready: its text is not the group's yet")
+            raise ReplicaNotReadyError("the replica is not ready: its text is not the group's yet")
         self.doc.local_edit(op)
         self._pump()
 
@@ -405,16 +406,3 @@ class EditorServer:
             self._caret = (pos, pos)
             self._caret_moved.set()
         self.bot_done.set()
-
-
-class ReplicaNotReady(EptoError):
-    """An edit of a replica that is not ready (its text is not the group's yet)."""
-
-
-def _first_seq(node: object) -> int:
-    """Where this start numbers its operations from, above every earlier start's:
-    its incarnation's first seq, else the wall clock in microseconds."""
-    incarnation = getattr(node, "incarnation", None)
-    if isinstance(incarnation, int):
-        return first_seq(incarnation)
-    return time.time_ns() // 1000 << 20

@@ -20,8 +20,8 @@ import pytest
 import trio
 from epto.transports._ports import free_ports
 from epto.transports._trio.websocket import connect
-from epto.transports.trio_editor import EditorConfig, EditorServer, ReplicaNotReady
-from epto.transports.trio_rsm import ReplicaConfig
+from epto.transports.trio_editor import EditorConfig, EditorServer
+from epto.transports.trio_rsm import ReplicaConfig, ReplicaNotReadyError
 
 from epto._incarnation import first_seq
 from epto.apps._editor import PageModel
@@ -69,7 +69,7 @@ async def test_a_replica_that_is_not_ready_takes_no_page_edit() -> None:
         with trio.fail_after(10):
             while page.ready:
                 await trio.sleep(0.01)
-        with pytest.raises(ReplicaNotReady):
+        with pytest.raises(ReplicaNotReadyError):
             server.local_edit((Insert(0, "bot"),))
         await ws.send(json.dumps(page.local((Insert(4, " lost"),))))
         with trio.fail_after(10):
