@@ -25,7 +25,9 @@ Rules:
   has there (out of the view for good if it is not in it; a joining process
   only learns whom to ask), adopts the decided token state, and a fresh
   acceptor; the first core member takes the new token. A full change sends
-  own broadcasts not sequenced yet to the members that are new.
+  own broadcasts not sequenced yet to the members that are new. A process
+  started as a restart (``Shared.restarted``) is admitted only by a
+  configuration that lists its own incarnation; any other is a view to ask.
 """
 
 from __future__ import annotations

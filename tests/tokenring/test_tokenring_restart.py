@@ -6,7 +6,10 @@ incarnation's deliveries, and what it broadcasts afterwards is delivered by
 all. An earlier incarnation that comes back to life after the later one was
 admitted stops as superseded and corrupts nothing. And the quorum the
 statistics report is truthful: a member cut off reports none within
-``suspect_timeout``, and one again once it hears the others."""
+``suspect_timeout``, and one again once it hears the others. A start that
+knows it ran before (``restarted``, from its data directory) never founds a
+group: a majority, or the whole group, restarted at once waits (safely: no
+position ever holds two events) until it is started as a new group."""
 
 from __future__ import annotations
 
