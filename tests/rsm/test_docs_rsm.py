@@ -142,3 +142,16 @@ def test_the_restart_example_ends_with_one_state(mode: str, tmp_path: Path) -> N
     assert lines[0] == "stopped 3 after 5 commands"
     applied = json.loads(lines[2].split(" ", 1)[1].rsplit(" ", 1)[0])
     assert applied == [12, 12, 12]  # 5 before, 5 while down, 1 after, 1 from replica 3
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_within_the_page_names_one_of_its_headings() -> None:
+    text = re.sub(r"```.*?```", "", PAGE.read_text(), flags=re.S)
+    anchors = {_slug(h) for h in re.findall(r"^#+ (.+)$", text, flags=re.M)}
+    links = set(re.findall(r"\]\(#([\w-]+)\)", text))
+    assert {"restart-a-replica", "replicaconfig-every-field"} <= links
+    assert sorted(links - anchors) == []
