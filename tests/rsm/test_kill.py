@@ -5,6 +5,7 @@ again, never loads a half-written snapshot, never applies a command twice."""
 from __future__ import annotations
 
 import random
+import selectors
 import signal
 import socket
 import subprocess
@@ -35,14 +36,20 @@ def _spawn(*args: str) -> subprocess.Popen[str]:
 
 
 def _line(proc: subprocess.Popen[str], prefix: str, timeout: float = 30.0) -> str:
+    """The first line of ``proc``'s output starting with ``prefix``, waiting
+    at most ``timeout`` seconds (a silent worker fails the test, never hangs it)."""
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            raise AssertionError(f"worker exited ({proc.poll()}) before {prefix!r}")
-        if line.startswith(prefix):
-            return line
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while (left := deadline - time.monotonic()) > 0:
+            if not sel.select(left):
+                break
+            line = proc.stdout.readline()
+            if not line:
+                raise AssertionError(f"worker exited ({proc.poll()}) before {prefix!r}")
+            if line.startswith(prefix):
+                return line
     raise AssertionError(f"no {prefix!r} within {timeout} s")
 
 
@@ -93,20 +100,27 @@ def test_killed_while_writing_snapshots_it_recovers_every_command_once(tmp_path:
 @pytest.mark.slow
 def test_killed_while_fetching_its_state_it_fetches_again(tmp_path: Path) -> None:
     rng = random.Random(23)
-    port, transfer = free_ports(2, socket.SOCK_STREAM)
-    writer = _spawn("write", str(tmp_path / "writer"), str(port), str(transfer))
+    ports = free_ports(6, socket.SOCK_STREAM)
+    port, transfers = ports[0], [f"127.0.0.1:{p}" for p in ports[3:]]
+    writer = _spawn(
+        "write3",
+        str(tmp_path / "writer"),
+        ",".join(map(str, ports[:3])),
+        ",".join(map(str, ports[3:])),
+    )
     try:
-        _line(writer, "ready")
+        _line(writer, "ready", timeout=60)
         _line(writer, "applied 200", timeout=60)
+        # One joining member (id 100, one data directory), killed at drawn
+        # times and started again: each start is that member again, which the
+        # three-member group admits in place of the start before.
         joiner_dir = tmp_path / "joiner"
         for _ in range(6):
-            joiner = _spawn(
-                "join", str(joiner_dir), str(_port()), str(port), f"127.0.0.1:{transfer}"
-            )
+            joiner = _spawn("join", str(joiner_dir), str(_port()), str(port), *transfers)
             time.sleep(rng.uniform(0.0, 0.8))
             if joiner.poll() is None:
                 _kill(joiner)
-        joiner = _spawn("join", str(joiner_dir), str(_port()), str(port), f"127.0.0.1:{transfer}")
+        joiner = _spawn("join", str(joiner_dir), str(_port()), str(port), *transfers)
         try:
             _, applied, _ = _line(joiner, "ready", timeout=60).split()
             assert int(applied) >= 200
