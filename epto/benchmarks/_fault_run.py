@@ -7,6 +7,12 @@ Everything runs in one trio loop in the harness process: the proxies
 (:mod:`._fault_proxy`), the clients (one TCP connection each to its
 replica's API, :mod:`._fault_worker`), the nemesis, and a task per worker
 process that notices when it exits by itself.
+
+Size: the cluster, the clients and the nemesis are three parts of one
+choreography that share the cluster's state (which worker runs where, which
+is paused, the run's clock) and the history; each is a class of its own
+here, and what is not choreography (the network, the worker, the machines,
+the verdicts, the command) lives in the modules beside this one.
 """
 
 from __future__ import annotations
