@@ -207,3 +207,38 @@ def test_link_delays_are_finite_and_not_negative(delay: float) -> None:
 
     with pytest.raises(ConfigurationError, match=r"link_delays\[3\]"):
         TcpNodeConfig(link_delays={3: delay})
+
+
+@pytest.mark.trio
+async def test_a_link_forgotten_while_it_connects_waits_for_the_next_frames() -> None:
+    # The queue can empty while the stream is being opened (the peer left the
+    # view meanwhile): the sender must not read the queue's head then.
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    counts = dict.fromkeys(COUNTS, 0)
+    config = TcpNodeConfig(send_queue=100, reconnect_interval=0.05)
+    links: PeerLinks
+
+    def hello(dest: int) -> list[bytes]:
+        links.forget(dest)  # runs inside the connection attempt
+        return [b"hello"]
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+
+            def spawn(fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+                nursery.start_soon(fn, *args)
+
+            links = PeerLinks(config, {2: f"127.0.0.1:{port}"}.get, counts, hello, spawn)
+            links.send(2, [b"lost"])
+            stream = await listeners[0].accept()
+            while counts["connects"] < 1:
+                await trio.sleep(0.001)
+            links.send(2, [b"after"])
+            got = await read_frames(stream, 2)
+            nursery.cancel_scope.cancel()
+    await stream.aclose()
+    for listener in listeners:
+        await listener.aclose()
+    assert got == [b"hello", b"after"]
+    assert counts["dropped"] == 1

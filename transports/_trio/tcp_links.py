@@ -164,6 +164,8 @@ class PeerLinks:
                     next_attempt = trio.current_time() + self._config.reconnect_interval
                     if not await self._connect(dest, link):
                         continue
+                    if not link.queue:
+                        continue  # forgotten while connecting: wait for the next
                 if link.queue[0][2] > trio.current_time():
                     # An emulated link delay (link_delays): wait for the oldest.
                     await trio.sleep_until(link.queue[0][2])
