@@ -28,6 +28,10 @@ Rules:
   own broadcasts not sequenced yet to the members that are new. A process
   started as a restart (``Shared.restarted``) is admitted only by a
   configuration that lists its own incarnation; any other is a view to ask.
+
+Size: about 430 lines: proposing, answering and installing share one
+instance's state (ballots, promises, the fence, the decided value); the
+value is built in :mod:`._viewchange` and agreed in :mod:`._consensus`.
 """
 
 from __future__ import annotations

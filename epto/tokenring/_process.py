@@ -26,6 +26,11 @@ outputs from them. The parts, each with its rules at the top of its module:
 Leaving the view for good (:meth:`TokenRingProcess._leave`) is the one
 action that spans every part; they call it through the callback they are
 given.
+
+Size: about 490 lines. Beside the routing of every message kind, the checks
+every inbound message passes before any part sees it live here (which start
+of a member sent it, docs/token-ring.md *Restart*; refusals counted), since
+they gate every part alike; the state stays in the parts.
 """
 
 from __future__ import annotations
