@@ -454,3 +454,31 @@ async def test_token_ring_replicas_recovering_together_are_ready_soon(tmp_path: 
                 # still come before it): at least the group's value plus one.
                 assert await back[2].call("incr", "n", 1, timeout=20) >= n + 1 > 20
                 await _agreed(everyone)
+
+
+# -- quorum ------------------------------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_an_epto_replica_without_a_quorum_says_so() -> None:
+    members = dict(enumerate(_addresses(3, socket.SOCK_DGRAM), start=1))
+    transfer = dict(enumerate(_addresses(3, socket.SOCK_STREAM), start=1))
+
+    def replica(p: int) -> ReplicatedNode:
+        cfg = ReplicaConfig(peers=transfer, transfer_bind=transfer[p], quorum_timeout=0.6)
+        return ReplicatedNode(KV(), _node("epto", p, members), cfg)
+
+    with trio.fail_after(30):
+        async with replica(1) as one:
+            async with replica(2) as two:
+                async with replica(3) as three:
+                    for r in (one, two, three):
+                        await r.wait_ready(timeout=20)
+                    while not one.status().quorum:  # it has heard them
+                        await trio.sleep(0.05)
+                await trio.sleep(1.0)
+                assert one.status().quorum  # two of three: still a majority
+            # Both others gone: it hears nobody within quorum_timeout.
+            while one.status().quorum:
+                await trio.sleep(0.05)
+            assert one.status().quorum is False
