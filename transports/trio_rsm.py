@@ -71,7 +71,7 @@ from typing import Any, Final, Self
 import attrs
 import trio
 
-from epto import ConfigurationError, Delivery, EventId, ProcessId
+from epto import ConfigurationError, Delivery, EventId, LocalProtocolError, ProcessId
 from epto.endpoint import Address, NodeConfig, parse_host_port
 from epto.rsm import (
     Applied,
@@ -292,7 +292,9 @@ class ReplicatedNode:
 
     # -- commands -------------------------------------------------------------------
 
-    def _require_ready(self, name: str) -> None:
+    def _broadcast(self, name: str, args: tuple[Any, ...]) -> EventId:
+        """Broadcast the command, or raise :class:`ReplicaNotReadyError` with
+        nothing broadcast."""
         if name not in type(self.machine).commands():
             raise ConfigurationError(
                 f"{type(self.machine).__name__} has no replicated command {name!r}"
@@ -303,6 +305,19 @@ class ReplicatedNode:
                 "confirmed or fetched its state yet, or is not in the view): "
                 "await wait_ready() first; nothing was broadcast"
             )
+        payload = self.config.codec.encode(name, args)
+        try:
+            return self._node.broadcast(payload)  # type: ignore[no-any-return]
+        except LocalProtocolError:
+            # A token-ring member that left the view since it was ready (a
+            # later start of it was admitted, or it asks to be admitted back)
+            # refuses to broadcast: not ready, rather than the caller's fault.
+            if self._ring and self._node.statistics().role == "joining":
+                raise ReplicaNotReadyError(
+                    f"replica {self.node_config.pid} is not in the view (it asks to be "
+                    "admitted back); nothing was broadcast"
+                ) from None
+            raise
 
     async def call(self, name: str, *args: Any, timeout: float | None = None) -> Any:
         """Replicate ``name(*args)``; its result once acknowledged (see
@@ -310,9 +325,7 @@ class ReplicatedNode:
         raised (at every replica alike), :class:`ReplicaNotReadyError` before
         ready (nothing broadcast), :class:`CommandTimeoutError` after
         ``timeout`` seconds (the command may still take effect)."""
-        self._require_ready(name)
-        payload = self.config.codec.encode(name, args)
-        eid = self._node.broadcast(payload)
+        eid = self._broadcast(name, args)
         call = self._calls[eid] = _Call()
         try:
             with trio.move_on_after(math.inf if timeout is None else timeout):
@@ -337,8 +350,7 @@ class ReplicatedNode:
     def submit(self, name: str, *args: Any) -> EventId:
         """Replicate ``name(*args)`` without waiting for it (its result is
         dropped); :class:`ReplicaNotReadyError` before ready."""
-        self._require_ready(name)
-        return self._node.broadcast(self.config.codec.encode(name, args))  # type: ignore[no-any-return]
+        return self._broadcast(name, args)
 
     # -- applying -------------------------------------------------------------------
 
