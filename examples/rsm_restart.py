@@ -8,8 +8,13 @@ with the same pid and the same data directory, waits until it is ready, and
 the three end with one state and one digest::
 
     python examples/rsm_restart.py
-    python examples/rsm_restart.py --member 1=127.0.0.1:9001 \\
-        --member 2=127.0.0.1:9002 --member 3=127.0.0.1:9003
+    python examples/rsm_restart.py --mode token-ring \\
+        --member 1=127.0.0.1:9001 --member 2=127.0.0.1:9002 --member 3=127.0.0.1:9003 \\
+        --transfer 1=127.0.0.1:9101 --transfer 2=127.0.0.1:9102 --transfer 3=127.0.0.1:9103
+
+Every replica is given every replica's transfer address as its ``peers``
+(the same list everywhere, docs/rsm.md, *Acknowledgement*): whom a restarted
+replica asks, and fetches from, before it is ready.
 
 Each step prints one line (``stopped``, ``restarted``, ``agreed`` with the
 replicas' applied counts and digest). The data directories are temporary.
@@ -30,6 +35,7 @@ from epto.transports.trio_rsm import ReplicaConfig, ReplicatedNode
 from epto.rsm import StateMachine, replicated
 
 DEFAULT_MEMBERS = {1: "127.0.0.1:9001", 2: "127.0.0.1:9002", 3: "127.0.0.1:9003"}
+DEFAULT_TRANSFERS = {1: "127.0.0.1:9101", 2: "127.0.0.1:9102", 3: "127.0.0.1:9103"}
 
 
 class KV(StateMachine):
@@ -51,6 +57,11 @@ class KV(StateMachine):
         self.data = json.loads(state)
 
 
+def _addresses(values: list[str], default: dict[int, str]) -> dict[int, str]:
+    pairs = [value.split("=", 1) for value in values]
+    return {int(pid): address for pid, address in pairs} if pairs else default
+
+
 def _parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(
@@ -58,24 +69,26 @@ def _parse() -> argparse.Namespace:
         action="append",
         default=[],
         metavar="ID=HOST:PORT",
-        help="the three members (default: 127.0.0.1:9001 to 9003)",
+        help="each node's address (default: 127.0.0.1:9001 to 9003)",
+    )
+    p.add_argument(
+        "--transfer",
+        action="append",
+        default=[],
+        metavar="ID=HOST:PORT",
+        help="each replica's transfer address, TCP (default: 127.0.0.1:9101 to 9103)",
     )
     p.add_argument("--mode", choices=["epto", "token-ring"], default="epto")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds for each step")
     args = p.parse_args()
-    if args.member:
-        pairs = [m.split("=", 1) for m in args.member]
-        args.members = {int(pid): address for pid, address in pairs}
-    else:
-        args.members = DEFAULT_MEMBERS
-    if len(args.members) != 3:
-        p.error("give three members")
+    args.members = _addresses(args.member, DEFAULT_MEMBERS)
+    args.transfers = _addresses(args.transfer, DEFAULT_TRANSFERS)
+    if len(args.members) != 3 or set(args.transfers) != set(args.members):
+        p.error("give three members, and a transfer address for each")
     return args
 
 
-def _replica(
-    args: argparse.Namespace, root: Path, pid: int, peers: dict[int, str]
-) -> ReplicatedNode:
+def _replica(args: argparse.Namespace, root: Path, pid: int) -> ReplicatedNode:
     node = NodeConfig(
         mode=args.mode,
         pid=pid,
@@ -83,7 +96,12 @@ def _replica(
         members=args.members,
         round_interval=0.05,
     )
-    return ReplicatedNode(KV(), node, ReplicaConfig(data_dir=str(root / f"kv-{pid}"), peers=peers))
+    config = ReplicaConfig(
+        data_dir=str(root / f"kv-{pid}"),  # the same directory at every start
+        transfer_bind=args.transfers[pid],
+        peers=args.transfers,  # every replica, the same list everywhere
+    )
+    return ReplicatedNode(KV(), node, config)
 
 
 async def _agreed(replicas: list[ReplicatedNode]) -> None:
@@ -95,14 +113,12 @@ async def _agreed(replicas: list[ReplicatedNode]) -> None:
 async def run(args: argparse.Namespace, root: Path) -> None:
     first, second, third = sorted(args.members)
     async with AsyncExitStack() as stack:
-        one = await stack.enter_async_context(_replica(args, root, first, {}))
-        two = await stack.enter_async_context(_replica(args, root, second, {}))
-        peers = {first: one.transfer_address, second: two.transfer_address}
+        one = await stack.enter_async_context(_replica(args, root, first))
+        two = await stack.enter_async_context(_replica(args, root, second))
         with trio.fail_after(args.timeout):
-            await one.wait_ready()
-            await two.wait_ready()
-            async with _replica(args, root, third, peers) as three:
-                await three.wait_ready()
+            async with _replica(args, root, third) as three:
+                for replica in (one, two, three):
+                    await replica.wait_ready()
                 for i in range(5):
                     await three.call("set", f"before-{i}", i)
                 await _agreed([one, two, three])
@@ -111,7 +127,7 @@ async def run(args: argparse.Namespace, root: Path) -> None:
             for i in range(5):  # the group goes on without it
                 await one.call("set", f"while-down-{i}", i)
         with trio.fail_after(args.timeout):
-            async with _replica(args, root, third, peers) as three:
+            async with _replica(args, root, third) as three:
                 await three.wait_ready()
                 print("restarted", third, "ready", flush=True)
                 await one.call("set", "after", "restart")

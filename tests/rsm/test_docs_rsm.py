@@ -128,8 +128,13 @@ def test_the_restart_example_ends_with_one_state(mode: str, tmp_path: Path) -> N
     kind = socket.SOCK_STREAM if mode == "token-ring" else socket.SOCK_DGRAM
     ports = free_ports(3, kind)
     members = [f"--member={pid}=127.0.0.1:{port}" for pid, port in enumerate(ports, 1)]
+    transfer_ports = free_ports(3, socket.SOCK_STREAM)
+    if mode == "token-ring":  # both listen on TCP: the six ports must differ
+        while set(transfer_ports) & set(ports):
+            transfer_ports = free_ports(3, socket.SOCK_STREAM)
+    transfers = [f"--transfer={pid}=127.0.0.1:{p}" for pid, p in enumerate(transfer_ports, 1)]
     done = subprocess.run(
-        [sys.executable, str(example), *members, f"--mode={mode}", "--timeout=40"],
+        [sys.executable, str(example), *members, *transfers, f"--mode={mode}", "--timeout=40"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
