@@ -17,7 +17,9 @@ ProcessId: TypeAlias = int
 """Processes are named by non-negative integers below 2**64."""
 
 EventId: TypeAlias = tuple[int, int]
-"""``(source, seq)``: seq counts the source's broadcasts from 0."""
+"""``(source, seq)``: seq counts the source's broadcasts, from
+``incarnation << 32`` (0 in a process's first and only start; a restarted
+member numbers above every earlier start: :mod:`epto._incarnation`)."""
 
 
 @attrs.frozen(kw_only=True, slots=True)
