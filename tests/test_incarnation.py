@@ -141,42 +141,42 @@ def test_an_endpoint_without_a_fixed_incarnation_draws_it_from_now() -> None:
 
 
 def test_claim_member_stores_a_growing_incarnation_and_locks_the_member(tmp_path: Path) -> None:
-    config = NodeConfig(pid=4, data_dir=str(tmp_path))
+    home = str(tmp_path)
     wall = INCARNATION_EPOCH + 10.0
-    claimed, claim = claim_member(config, wall=wall)
-    assert claimed.incarnation == 10
+    claim = claim_member(4, data_dir=home, wall=wall)
+    assert claim.incarnation == 10
     assert claim.previous is None  # a first start
     with pytest.raises(epto.MemberRunningError, match="member 4 already runs"):
-        claim_member(config, wall=wall)
+        claim_member(4, data_dir=home, wall=wall)
     # Another member may share the directory.
-    _, other_claim = claim_member(NodeConfig(pid=5, data_dir=str(tmp_path)), wall=wall)
+    other_claim = claim_member(5, data_dir=home, wall=wall)
     other_claim.release()
     claim.release()
-    again, claim = claim_member(config, wall=wall)  # the same second: one above
-    assert again.incarnation == 11
+    claim = claim_member(4, data_dir=home, wall=wall)  # the same second: one above
+    assert claim.incarnation == 11
     assert claim.previous == 10  # a restart
     claim.release()
     with pytest.raises(epto.ConfigurationError, match="not above"):
-        claim_member(NodeConfig(pid=4, data_dir=str(tmp_path), incarnation=11), wall=wall)
+        claim_member(4, data_dir=home, incarnation=11, wall=wall)
 
 
 def test_claim_member_refuses_another_members_file(tmp_path: Path) -> None:
     (tmp_path / "member-6.json").write_text('{"pid": 7, "incarnation": 3}')
     with pytest.raises(epto.ConfigurationError, match="another member"):
-        claim_member(NodeConfig(pid=6, data_dir=str(tmp_path)))
+        claim_member(6, data_dir=str(tmp_path))
     (tmp_path / "member-6.json").write_text("not json")
     with pytest.raises(epto.ConfigurationError, match="unreadable"):
-        claim_member(NodeConfig(pid=6, data_dir=str(tmp_path)))
+        claim_member(6, data_dir=str(tmp_path))
     # The failed claims released their locks.
     (tmp_path / "member-6.json").unlink()
-    _, claim = claim_member(NodeConfig(pid=6, data_dir=str(tmp_path)))
+    claim = claim_member(6, data_dir=str(tmp_path))
     claim.release()
 
 
 def test_without_a_data_dir_nothing_is_written(tmp_path: Path) -> None:
-    claimed, claim = claim_member(NodeConfig(pid=1), wall=INCARNATION_EPOCH + 77.0)
+    claim = claim_member(1, data_dir=None, wall=INCARNATION_EPOCH + 77.0)
     claim.release()
-    assert claimed.incarnation == 77
+    assert claim.incarnation == 77
     assert list(tmp_path.iterdir()) == []
 
 

@@ -31,11 +31,8 @@ import os
 import time
 from pathlib import Path
 
-import attrs
-
 from epto import ConfigurationError, MemberRunningError, ProcessId
 from epto._incarnation import MAX_INCARNATION, next_incarnation
-from epto.endpoint import NodeConfig
 
 __all__ = ["MemberClaim", "claim_member"]
 
@@ -59,38 +56,41 @@ class MemberClaim:
 
 
 def claim_member(
-    config: NodeConfig, *, wall: float | None = None
-) -> tuple[NodeConfig, MemberClaim]:
-    """``config`` with its incarnation fixed, and the claim to release when
+    pid: ProcessId,
+    *,
+    data_dir: str | None,
+    incarnation: int | None = None,
+    wall: float | None = None,
+) -> MemberClaim:
+    """Claim member ``pid``'s files in ``data_dir`` and fix this start's
+    incarnation (``incarnation``, or drawn when None); release the claim when
     the node stops (see the module's rules)."""
     now = time.time() if wall is None else wall
-    if config.data_dir is None:
-        incarnation = (
-            config.incarnation if config.incarnation is not None else next_incarnation(None, now)
-        )
-        return attrs.evolve(config, incarnation=incarnation), MemberClaim(incarnation, None)
-    root = Path(config.data_dir)
+    if data_dir is None:
+        drawn = incarnation if incarnation is not None else next_incarnation(None, now)
+        return MemberClaim(drawn, None)
+    root = Path(data_dir)
     root.mkdir(parents=True, exist_ok=True)
-    fd = _lock(root / f"member-{config.pid}.lock", config.pid)
+    fd = _lock(root / f"member-{pid}.lock", pid)
     try:
-        record = root / f"member-{config.pid}.json"
-        stored = _stored_incarnation(record, config.pid)
-        if config.incarnation is not None:
-            if stored is not None and config.incarnation <= stored:
+        record = root / f"member-{pid}.json"
+        stored = _stored_incarnation(record, pid)
+        if incarnation is not None:
+            if stored is not None and incarnation <= stored:
                 raise ConfigurationError(
-                    f"NodeConfig.incarnation={config.incarnation} is not above the last "
+                    f"NodeConfig.incarnation={incarnation} is not above the last "
                     f"start's ({stored}, in {record})"
                 )
-            incarnation = config.incarnation
+            chosen = incarnation
         else:
-            incarnation = next_incarnation(stored, now)
-            if stored is not None and incarnation <= stored:
-                raise ConfigurationError(f"member {config.pid}: incarnations exhausted in {record}")
-        _write_atomically(record, {"pid": config.pid, "incarnation": incarnation})
+            chosen = next_incarnation(stored, now)
+            if stored is not None and chosen <= stored:
+                raise ConfigurationError(f"member {pid}: incarnations exhausted in {record}")
+        _write_atomically(record, {"pid": pid, "incarnation": chosen})
     except BaseException:
         os.close(fd)
         raise
-    return attrs.evolve(config, incarnation=incarnation), MemberClaim(incarnation, fd, stored)
+    return MemberClaim(chosen, fd, stored)
 
 
 def _lock(path: Path, pid: ProcessId) -> int:

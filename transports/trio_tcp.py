@@ -47,7 +47,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import attrs
 import trio
@@ -56,7 +56,6 @@ from epto import ConfigurationError, ProcessId, SupersededError
 from epto.endpoint import (
     Address,
     EndpointStatistics,
-    NodeConfig,
     StreamEndpoint,
     TokenRingEndpoint,
     Transmit,
@@ -65,7 +64,6 @@ from epto.endpoint import (
 )
 from epto.tokenring import TokenRingProcess
 
-from ._identity import MemberClaim, claim_member
 from ._trio.loop import TrioDriver
 from ._trio.tcp_config import TcpNodeConfig, TcpNodeStatistics
 from ._trio.tcp_inbound import Inbound, InboundGate
@@ -243,41 +241,17 @@ class TokenRingNode(TcpNode[TokenRingEndpoint]):
     def __init__(self, config: TokenRingNodeConfig) -> None:
         self.config = config
         """The configuration; once started, with its incarnation fixed."""
-        self._claim: MemberClaim | None = None
         super().__init__(config.tcp(), self._open_ring)
 
-    async def __aenter__(self) -> Self:
-        try:
-            return await super().__aenter__()
-        except BaseException:
-            self._release_claim()
-            raise
-
-    def abort(self) -> None:
-        super().abort()
-        self._release_claim()
-
-    def _release_claim(self) -> None:
-        claim, self._claim = self._claim, None
-        if claim is not None:
-            claim.release()
-
     def _open_ring(self, now: float) -> TokenRingEndpoint:
-        # The member's files first: a second live process with this id and
-        # data directory is refused before any socket is opened.
-        identity, self._claim = claim_member(
-            NodeConfig(
-                pid=self.config.pid,
-                incarnation=self.config.incarnation,
-                data_dir=self.config.data_dir,
-            )
-        )
-        self.config = cfg = attrs.evolve(self.config, incarnation=identity.incarnation)
+        cfg = self.config
+        member = self._claim_member(cfg.pid, cfg.data_dir, cfg.incarnation)
+        self.config = cfg = attrs.evolve(cfg, incarnation=member.incarnation)
         # A member that ran before (its directory held an earlier incarnation)
         # comes back into its group; it founds one only when told to, or when
         # it is the group's only member (nobody else could admit it).
         restarted = (
-            self._claim.previous is not None
+            member.previous is not None
             and not cfg.fresh_group
             and bool(set(cfg.members) - {cfg.pid})
         )
@@ -294,7 +268,7 @@ class TokenRingNode(TcpNode[TokenRingEndpoint]):
             signing_key=cfg.signing_key,
             roster=cfg.roster,
             rng=random.Random(cfg.seed),
-            incarnation=identity.incarnation or 0,
+            incarnation=member.incarnation,
             restarted=restarted,
         )
 

@@ -31,6 +31,7 @@ import threading
 import time
 from typing import Any, Self
 
+import attrs
 import zmq
 
 from epto import Delivery, EventId, LocalProtocolError, ProcessId
@@ -69,7 +70,10 @@ class ZmqNode(SyncNodeLifecycle):
         )
         # The member's files first: a second live process with this id and
         # data directory is refused before any socket is opened.
-        self.config, self._claim = claim_member(config)
+        self._claim = claim_member(
+            config.pid, data_dir=config.data_dir, incarnation=config.incarnation
+        )
+        self.config = attrs.evolve(config, incarnation=self._claim.incarnation)
         self._context = context or zmq.Context.instance()
         self._offset = time.time() - time.monotonic()
         self._cond = threading.Condition()

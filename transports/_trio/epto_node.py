@@ -12,14 +12,13 @@ monotonic.
 from __future__ import annotations
 
 import time
-from typing import Self
 
+import attrs
 import trio
 
 from epto import LocalProtocolError, ProcessId, SupersededError
 from epto.endpoint import Address, EptoEndpoint, NodeConfig
 
-from .._identity import MemberClaim, claim_member
 from .._loop import fresh_rng
 from .._statistics import TransportStatistics, epto_statistics, require_epto
 from .loop import TrioDriver
@@ -44,31 +43,14 @@ class TrioEptoNode(TrioDriver):
         self.config = config
         """The configuration; once started, with its incarnation fixed."""
         self._epto: EptoEndpoint | None = None
-        self._claim: MemberClaim | None = None
-
-    async def __aenter__(self) -> Self:
-        try:
-            return await super().__aenter__()
-        except BaseException:
-            self._release_claim()
-            raise
-
-    def abort(self) -> None:
-        super().abort()
-        self._release_claim()
-
-    def _release_claim(self) -> None:
-        claim, self._claim = self._claim, None
-        if claim is not None:
-            claim.release()
 
     def _clock_offset(self) -> float:
         return time.time() - trio.current_time()
 
     def _open_endpoint(self, now: float) -> EptoEndpoint:
-        # The member's files first: a second live process with this id and
-        # data directory is refused before any socket is opened.
-        self.config, self._claim = claim_member(self.config)
+        cfg = self.config
+        member = self._claim_member(cfg.pid, cfg.data_dir, cfg.incarnation)
+        self.config = attrs.evolve(cfg, incarnation=member.incarnation)
         self._epto = EptoEndpoint(self.config, now, rng=fresh_rng())
         return self._epto
 

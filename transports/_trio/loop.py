@@ -24,6 +24,7 @@ import trio
 from epto import Delivery, EventId, LocalProtocolError, ProcessId
 from epto.endpoint import Endpoint, OverflowPolicy, Transmit
 
+from .._identity import MemberClaim, claim_member
 from .._loop import DeliveryBuffer, DeliveryOverflowError, DriverLoop
 from .tasks import TaskOwner
 
@@ -50,15 +51,22 @@ class TrioDriver(TaskOwner):
         self._sleep: trio.CancelScope | None = None
         """The turn task's sleep until the endpoint's deadline, while it sleeps."""
         self._stop_reason: str | None = None
+        self._member: MemberClaim | None = None
+        """The member's files, claimed by :meth:`_open_endpoint` (a subclass
+        calls :meth:`_claim_member`), released when the node stops."""
 
     # -- lifecycle ----------------------------------------------------------
 
     async def __aenter__(self) -> Self:
         self._check_new()
         self._offset = self._clock_offset()
-        self._loop = DriverLoop(self._open_endpoint(self._now()), self._buffer)
-        await self._open_link()
-        await self._open_tasks()
+        try:
+            self._loop = DriverLoop(self._open_endpoint(self._now()), self._buffer)
+            await self._open_link()
+            await self._open_tasks()
+        except BaseException:
+            self._release_member()
+            raise
         self._start_receiving()
         self._spawn(self._turn_loop)
         return self
@@ -88,6 +96,7 @@ class TrioDriver(TaskOwner):
 
     def abort(self) -> None:
         """Stop at once (what a crash looks like to the group)."""
+        self._release_member()
         if not self._cancel_tasks():
             return
         self._close_link()
@@ -208,6 +217,20 @@ class TrioDriver(TaskOwner):
     def _clock_offset(self) -> float:
         """``now`` minus ``trio.current_time()`` for the endpoint (0: trio's clock)."""
         return 0.0
+
+    def _claim_member(
+        self, pid: ProcessId, data_dir: str | None, incarnation: int | None
+    ) -> MemberClaim:
+        """Claim the member's files (``transports/_identity.py``) for as long
+        as this node runs: a second live process with this id and data
+        directory is refused before any socket is opened."""
+        self._member = claim_member(pid, data_dir=data_dir, incarnation=incarnation)
+        return self._member
+
+    def _release_member(self) -> None:
+        member, self._member = self._member, None
+        if member is not None:
+            member.release()
 
     def _open_endpoint(self, now: float) -> Endpoint:
         raise NotImplementedError
