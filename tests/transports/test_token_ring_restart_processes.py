@@ -19,9 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-from epto.transports._ports import free_ports
-
 from epto.cli import main
+
+from .processes import free_ports, spawn, stop_all, wait_for_line
 
 PIDS = [1, 2, 3]
 
@@ -31,45 +31,6 @@ def _argv(pid: int, ports: list[int], log_dir: Path, *extra: str) -> list[str]:
     argv = [sys.executable, "-m", "epto.cli", "node", "--transport=trio", "--mode=token-ring"]
     argv += [f"--id={pid}", f"--bind=127.0.0.1:{ports[PIDS.index(pid)]}", *peers]
     return [*argv, f"--seed={pid}", "--stdin", f"--log-dir={log_dir}", *extra]
-
-
-def spawn(argv: list[str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        argv,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        bufsize=1,
-    )
-
-
-def stop_all(procs: list[subprocess.Popen[str]]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=10)
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
-
-
-def wait_for_line(proc: subprocess.Popen[str], prefix: str, timeout: float) -> str:
-    """The first line of ``proc``'s standard error starting with ``prefix``."""
-    stream = proc.stderr
-    assert stream is not None
-    deadline = time.monotonic() + timeout
-    with selectors.DefaultSelector() as sel:
-        sel.register(stream, selectors.EVENT_READ)
-        while (left := deadline - time.monotonic()) > 0:
-            if not sel.select(left):
-                break
-            line = stream.readline()
-            if not line:
-                raise AssertionError(f"process exited ({proc.poll()}) before {prefix!r}")
-            if line.startswith(prefix):
-                return line
-    raise AssertionError(f"no {prefix!r} line within {timeout} s")
 
 
 def _say(proc: subprocess.Popen[str], *lines: str) -> None:
