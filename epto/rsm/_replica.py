@@ -200,10 +200,15 @@ class Replica:
         if snapshot.cut is not None:
             self._keys.append(snapshot.cut)
             self._digests.append(snapshot.digest)
-        self.ready = True
-        self.hole = False
         self.overflowed = False
         self._dropped = None
+        return self._apply_buffered()
+
+    def _apply_buffered(self) -> list[Applied]:
+        """Ready again: apply the buffered deliveries after the cut (one that
+        does not follow it, ``contiguous``, is a hole again)."""
+        self.ready = True
+        self.hole = False
         buffered, self._buffer = self._buffer, deque()
         out = []
         for event in buffered:
@@ -244,15 +249,7 @@ class Replica:
         hole again (:attr:`ready` stays False)."""
         if self.overflowed:
             raise ValueError("the buffer overflowed: the state must be fetched")
-        self.ready = True
-        self.hole = False
-        buffered, self._buffer = self._buffer, deque()
-        out = []
-        for event in buffered:
-            applied = self.deliver(Delivery(event=event))
-            if applied is not None:
-                out.append(applied)
-        return out
+        return self._apply_buffered()
 
     def reaches(self, cut: OrderKey | None, digest: bytes | None) -> bool:
         """Whether this replica's state, followed by what it buffered, holds
