@@ -42,6 +42,7 @@ Rules:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import json
@@ -139,6 +140,9 @@ class EditorServer:
         self.edits_sent = 0
         self.edits_refused = 0
         """Page edits not taken because the replica was not ready."""
+        self.rejected: collections.Counter[str] = collections.Counter()
+        """Refusals by reason: HTTP requests and handshakes refused, pages
+        dropped (too slow, too many), page messages refused."""
 
     # -- lifecycle -------------------------------------------------------------------
 
