@@ -92,33 +92,71 @@ RAW_KEY_SIZE = 32
 _MAX_KEY_FILE = 1 << 20
 
 
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _not_regular(p: Path, mode: int) -> ConfigurationError | None:
+    """The refusal of a key file that is not a regular file, or None."""
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    return ConfigurationError(f"{p} is {kind}, not a key file")
+
+
 def _read(path: str | os.PathLike[str], *, secret: bool) -> bytes:
-    """The bytes of a key file; a secret file that group or others can access
-    is refused (checked on the opened file, so it cannot change in between)."""
+    """The bytes of a key file, the one reader of every key file.
+
+    Anything but a regular file (a directory, a FIFO, a device such as
+    /dev/zero, a socket) is refused before it is opened, and again on the
+    opened file (opened without blocking, so a FIFO swapped in between cannot
+    hang the caller), without reading a byte. A secret file that group or
+    others can access is refused (checked on the opened file, so it cannot
+    change in between). A file that cannot be opened is refused with the
+    system's reason. Every refusal is a :class:`ConfigurationError` naming the
+    file.
+    """
     p = Path(path)
-    fd = os.open(p, os.O_RDONLY)
+    try:
+        refusal = _not_regular(p, os.stat(p).st_mode)
+        if refusal is not None:
+            raise refusal
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigurationError(f"{p}: {exc.strerror or exc}") from None
     try:
         mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise ConfigurationError(f"{p} is a directory, not a key file")
+        refusal = _not_regular(p, mode)
+        if refusal is not None:
+            raise refusal
         if secret and mode & (stat.S_IRWXG | stat.S_IRWXO):
             raise ConfigurationError(
                 f"{p} is accessible by other users (mode {stat.filemode(mode)}); chmod 600 it"
             )
-    except BaseException:
+        data = bytearray()
+        while len(data) <= _MAX_KEY_FILE:
+            part = os.read(fd, _MAX_KEY_FILE + 1 - len(data))
+            if not part:
+                break
+            data += part
+    except OSError as exc:
+        raise ConfigurationError(f"{p}: {exc.strerror or exc}") from None
+    finally:
         os.close(fd)
-        raise
-    with os.fdopen(fd, "rb") as f:
-        data = f.read(_MAX_KEY_FILE + 1)
     if len(data) > _MAX_KEY_FILE:
         raise ConfigurationError(f"{p} is too large for a key file")
-    return data
+    return bytes(data)
 
 
 def _parse(p: Path, data: bytes, expected: str) -> dict[str, Any]:
     try:
         doc = json.loads(data.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # deep nesting: RecursionError
         raise ConfigurationError(f"{p} is not a key file: {exc}") from None
     if not isinstance(doc, dict) or doc.get("type") != expected:
         raise ConfigurationError(f"{p} is not an {expected} file")
@@ -166,9 +204,13 @@ def load_group_key(path: str | os.PathLike[str]) -> GroupKey:
     if cipher not in CIPHERS:
         raise ConfigurationError(f"{path}: unknown cipher {cipher!r}")
     key_id = doc.get("key_id")
-    if not isinstance(key_id, int):
+    if not isinstance(key_id, int) or isinstance(key_id, bool):
         raise ConfigurationError(f"{path}: key_id must be an integer")
-    return GroupKey(key_id=key_id, secret=_unb64(doc.get("secret"), 32, "secret"), cipher=cipher)
+    secret = _unb64(doc.get("secret"), 32, f"{path}: secret")
+    try:
+        return GroupKey(key_id=key_id, secret=secret, cipher=cipher)
+    except ConfigurationError as exc:  # a key id out of range
+        raise ConfigurationError(f"{path}: {exc}") from None
 
 
 def save_signing_key(
@@ -202,7 +244,8 @@ def load_signing_key(path: str | os.PathLike[str]) -> tuple[bytes, bytes]:
 
         public = Ed25519PrivateKey.from_private_bytes(doc).public_key().public_bytes_raw()
         return doc, public
-    return _unb64(doc.get("private"), 32, "private"), _unb64(doc.get("public"), 32, "public")
+    private = _unb64(doc.get("private"), 32, f"{path}: private")
+    return private, _unb64(doc.get("public"), 32, f"{path}: public")
 
 
 def load_public_key(path: str | os.PathLike[str]) -> tuple[ProcessId | None, bytes]:
@@ -210,7 +253,7 @@ def load_public_key(path: str | os.PathLike[str]) -> tuple[ProcessId | None, byt
     pid = doc.get("pid")
     if pid is not None and not isinstance(pid, int):
         raise ConfigurationError(f"{path}: pid must be an integer")
-    return pid, _unb64(doc.get("public"), 32, "public")
+    return pid, _unb64(doc.get("public"), 32, f"{path}: public")
 
 
 def save_roster(
@@ -229,9 +272,9 @@ def load_roster(path: str | os.PathLike[str]) -> dict[ProcessId, bytes]:
         raise ConfigurationError(f"{path}: members must be an object")
     roster: dict[ProcessId, bytes] = {}
     for pid, key in members.items():
-        if not pid.isdigit():
+        if not (pid.isascii() and pid.isdigit()):
             raise ConfigurationError(f"{path}: member id {pid!r} is not an integer")
-        roster[int(pid)] = _unb64(key, 32, f"key of {pid}")
+        roster[int(pid)] = _unb64(key, 32, f"{path}: key of {pid}")
     return roster
 
 

@@ -15,6 +15,11 @@ gets the same permission check. The format is decided by the file's size and
 exact content, never by sniffing the first byte: a file of exactly 32 bytes
 is a raw key (whatever its bytes), 64 hex digits (surrounding whitespace
 allowed) are a hex key, anything else must be a key file of ``epto keygen``.
+
+Every refusal is a :class:`epto.ConfigurationError` naming the file: a file
+that cannot be opened, one that is not a regular file (a directory, a FIFO, a
+device, a socket: refused without reading it), one too large, malformed, of
+another kind, or with a field of the wrong size.
 """
 
 from ._keys import generate_group_key as generate_group_key
