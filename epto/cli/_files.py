@@ -25,12 +25,20 @@ def new_file_problem(path: str | os.PathLike[str]) -> str | None:
 
 
 def directory_problem(path: str | os.PathLike[str]) -> str | None:
-    """Why ``path`` cannot be used (or created) as a directory, or None."""
+    """Why ``path`` cannot be used (or created) as a directory, or None.
+
+    The directory itself is created when missing, as ``mkdir`` would; a
+    missing parent is refused, naming it (a mistyped path is then said, not
+    created), and so is a file anywhere on the path."""
     p = Path(path)
     for ancestor in (p, *p.parents):
         if ancestor.exists():
-            return None if ancestor.is_dir() else f"{p}: {ancestor} is not a directory"
-    return None
+            if not ancestor.is_dir():
+                return f"{p}: {ancestor} is not a directory"
+            if ancestor not in (p, p.parent):
+                return f"{p}: no such directory: {p.parent}"
+            return None
+    return f"{p}: no such directory: {p.parent}"  # a relative path of a vanished cwd
 
 
 def check_paths(

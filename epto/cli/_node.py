@@ -133,7 +133,8 @@ def register(sub: Any) -> None:
     p.add_argument("--flush-timeout", type=float, default=5.0)
     p.add_argument(
         "--log-dir",
-        help="also append every delivery to a crash-safe delivery log under this directory",
+        help="also append every delivery to a crash-safe delivery log under this directory "
+        "(created if missing; its parent must exist)",
     )
     p.add_argument(
         "--group-key-file",
