@@ -56,6 +56,18 @@ retiring atoms.
 
 **Ingress.** The host of the first atom of the route, or, for a group
 without a double overlap, its smallest member.
+
+**With latencies** (``SequencingGraph(latency=...)``) placement and routes
+follow :mod:`epto.atoms._placement` instead: atoms are co-located on
+sequencing machines by a greedy cover of the overlaps, each machine sits
+where the latency of the groups it serves is smallest (any site, or a node
+of all its overlaps with ``member_hosts=True``), the machines form one
+directed line whose order minimises the latency stretch, and each route is
+the segment of that line between its first and last serving atom (C1 and C2
+by construction). A group without a double overlap gets its own sequencer at
+its best site. Atoms, their ids and ``served`` sets follow the same rules as
+above; every addition or removal lays the machines and the line out again
+(``GraphChange.rebuilt``; hosts may move: ``GraphChange.moved``).
 """
 
 from __future__ import annotations
@@ -64,9 +76,12 @@ import itertools
 import types
 from collections.abc import Iterable, Mapping
 
+import attrs
+
 from ._check import check_graph
 from ._forest import Forest
 from ._model import Atom, GraphChange
+from ._placement import Latencies, LatencyInput, lay_out
 
 _JOIN_ATTEMPTS = ((False, False), (False, True), (True, False), (True, True))
 """(descending group order, new atoms first) for each incremental attempt."""
@@ -78,6 +93,16 @@ class SequencingGraph:
     Deterministic: the same calls give the same atoms, ids, hosts, edges and
     routes. Unknown groups raise KeyError in :meth:`route`, :meth:`stamping`,
     :meth:`ingress` and :meth:`remove_group`.
+
+    ``latency`` (optional): a square matrix ``m[src][dst]`` of one-way
+    latencies between nodes ``0 .. len - 1``, a latency model (anything with
+    ``sample(src, dst, rng)``; ``sites`` is then required) or a
+    :class:`~epto.atoms.Latencies`. With it, atoms are placed and routed for
+    latency (module docstring); ``sites`` narrows the nodes that may host a
+    sequencing machine, and ``member_hosts=True`` keeps every host a member of
+    its atom's overlap. Every member of a group must then be a site
+    (ValueError in :meth:`add_group`). Without it, the latency-blind
+    placement above.
     """
 
     __slots__ = (
@@ -85,14 +110,33 @@ class SequencingGraph:
         "_atoms",
         "_forest",
         "_groups",
+        "_ingress",
+        "_latencies",
         "_load",
+        "_member_hosts",
         "_next_id",
         "_pairs",
+        "_placed",
         "_routes",
         "_stamps",
     )
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        latency: LatencyInput | Latencies | None = None,
+        *,
+        sites: Iterable[int] | None = None,
+        member_hosts: bool = False,
+    ) -> None:
+        if latency is None or isinstance(latency, Latencies):
+            if sites is not None and latency is None:
+                raise ValueError("sites need latencies")
+            self._latencies = latency
+        else:
+            self._latencies = Latencies(latency, sites)
+        self._member_hosts = member_hosts or self._latencies is None
+        self._ingress: dict[int, int] = {}
+        self._placed: set[int] = set()
         self._groups: dict[int, frozenset[int]] = {}
         self._pairs: dict[frozenset[int], set[tuple[int, int]]] = {}
         self._atom_of: dict[frozenset[int], int] = {}
@@ -104,11 +148,24 @@ class SequencingGraph:
         self._next_id = 0
 
     @classmethod
-    def build(cls, groups: Mapping[int, Iterable[int]]) -> SequencingGraph:
-        """The graph of ``groups``, added one by one in ascending id order."""
-        graph = cls()
+    def build(
+        cls,
+        groups: Mapping[int, Iterable[int]],
+        latency: LatencyInput | Latencies | None = None,
+        *,
+        sites: Iterable[int] | None = None,
+        member_hosts: bool = False,
+    ) -> SequencingGraph:
+        """The graph of ``groups``, added one by one in ascending id order
+        (with latencies: all added, then laid out once)."""
+        graph = cls(latency, sites=sites, member_hosts=member_hosts)
+        if graph._latencies is None:
+            for group in sorted(groups):
+                graph.add_group(group, groups[group])
+            return graph
         for group in sorted(groups):
-            graph.add_group(group, groups[group])
+            graph._add(group, groups[group])
+        graph._lay_out()
         return graph
 
     # -- reading ---------------------------------------------------------
@@ -139,22 +196,62 @@ class SequencingGraph:
         route = self._routes[group]
         if route:
             return self._atoms[route[0]].host
-        return min(self._groups[group])
+        return self._ingress.get(group, min(self._groups[group]))
+
+    @property
+    def latencies(self) -> Latencies | None:
+        """The latencies the graph is placed for (None: latency-blind)."""
+        return self._latencies
+
+    @property
+    def member_hosts(self) -> bool:
+        """Whether every host is a member of its atom's overlap."""
+        return self._member_hosts
 
     def check(self) -> list[str]:
         """Every violation of C1, C2 and coverage; empty when valid."""
-        return check_graph(self._groups, self._atoms, self._forest.edges(), self._routes)
+        return check_graph(
+            self._groups,
+            self._atoms,
+            self._forest.edges(),
+            self._routes,
+            member_hosts=self._member_hosts,
+        )
 
     # -- adding ----------------------------------------------------------
 
     def add_group(self, group: int, members: Iterable[int]) -> GraphChange:
-        """Add ``group`` with ``members``; ValueError if it exists or is empty."""
+        """Add ``group`` with ``members``; ValueError if it exists or is empty
+        (or, with latencies, has a member that is not a site)."""
+        if self._latencies is not None:
+            before = self._where()
+            added, _ = self._add(group, members)
+            moved = self._lay_out()
+            return GraphChange(
+                added=tuple(added), rerouted=self._rerouted(before), rebuilt=True, moved=moved
+            )
+        before_routes = dict(self._routes)
+        added, affected = self._add(group, members)
+        rebuilt = not self._join_incrementally(sorted(affected), set(added))
+        if rebuilt:
+            self._rebuild()
+        rerouted = tuple(
+            g for g in sorted(self._groups) if self._routes[g] != before_routes.get(g, ())
+        )
+        return GraphChange(added=tuple(added), rerouted=rerouted, rebuilt=rebuilt)
+
+    def _add(self, group: int, members: Iterable[int]) -> tuple[list[int], set[int]]:
+        """The bookkeeping of an addition: atoms, pairs, served sets and
+        stamps; returns the atoms created and the groups whose stamps changed."""
         if group in self._groups:
             raise ValueError(f"group {group} exists")
         mine = frozenset(members)
         if not mine:
             raise ValueError(f"group {group} has no member")
-        before = dict(self._routes)
+        if self._latencies is not None:
+            outside = sorted(n for n in mine if n not in self._latencies)
+            if outside:
+                raise ValueError(f"group {group}: members {outside[:5]} are not sites")
         self._groups[group] = mine
         self._stamps[group] = set()
         self._routes[group] = ()
@@ -179,20 +276,55 @@ class SequencingGraph:
                     affected.add(g)
         for aid in sorted(touched):
             self._refresh(aid)
-        rebuilt = not self._join_incrementally(sorted(affected), set(added))
-        if rebuilt:
-            self._rebuild()
-        rerouted = tuple(g for g in sorted(self._groups) if self._routes[g] != before.get(g, ()))
-        return GraphChange(added=tuple(added), rerouted=rerouted, rebuilt=rebuilt)
+        return added, affected
+
+    def _where(self) -> dict[int, tuple[tuple[int, ...], int]]:
+        return {g: (self._routes[g], self.ingress(g)) for g in self._groups}
+
+    def _rerouted(self, before: dict[int, tuple[tuple[int, ...], int]]) -> tuple[int, ...]:
+        """The groups whose route or ingress changed (new ones included)."""
+        now = self._where()
+        return tuple(g for g in sorted(now) if before.get(g) != now[g])
+
+    def _lay_out(self) -> tuple[int, ...]:
+        """Lay out hosts, edges and routes for latency; the atoms that moved."""
+        assert self._latencies is not None
+        layout = lay_out(
+            self._groups,
+            {aid: (atom.overlap, atom.served) for aid, atom in self._atoms.items()},
+            self._latencies,
+            member_hosts=self._member_hosts,
+        )
+        moved: list[int] = []
+        for aid, atom in sorted(self._atoms.items()):
+            host = layout.host[aid]
+            if host != atom.host:
+                if aid in self._placed:
+                    moved.append(aid)
+                self._atoms[aid] = attrs.evolve(atom, host=host)
+        self._placed = set(self._atoms)
+        position = {a: i for i, a in enumerate(layout.line)}
+        self._forest.clear_edges()
+        routes: dict[int, tuple[int, ...]] = {}
+        for g in sorted(self._groups):
+            spots = [position[a] for a in self._stamps[g]]
+            routes[g] = tuple(layout.line[min(spots) : max(spots) + 1]) if spots else ()
+            for u, v in itertools.pairwise(routes[g]):
+                self._forest.link(u, v)
+        self._routes = routes
+        self._ingress = layout.ingress
+        return tuple(moved)
 
     def _create(self, overlap: frozenset[int]) -> int:
         aid = self._next_id
         self._next_id += 1
-        host = self._place(overlap)
+        # With latencies the layout places it; until then, a member.
+        host = self._place(overlap) if self._latencies is None else min(overlap)
         self._atoms[aid] = Atom(id=aid, overlap=overlap, served=frozenset(), host=host)
         self._atom_of[overlap] = aid
         self._pairs[overlap] = set()
-        self._load[host] = self._load.get(host, 0) + 1
+        if self._latencies is None:
+            self._load[host] = self._load.get(host, 0) + 1
         self._forest.add_atom(aid)
         return aid
 
@@ -264,6 +396,7 @@ class SequencingGraph:
 
     def remove_group(self, group: int) -> GraphChange:
         """Remove ``group``; its atoms retire when their overlap is gone."""
+        where = self._where() if self._latencies is not None else {}
         del self._groups[group]
         before = dict(self._routes)
         del self._routes[group]
@@ -278,6 +411,18 @@ class SequencingGraph:
                 self._stamps[g].discard(aid)
             if not pairs:
                 retiring.append(aid)
+        if self._latencies is not None:
+            self._ingress.pop(group, None)
+            for aid in retiring:
+                atom = self._atoms.pop(aid)
+                del self._atom_of[atom.overlap]
+                del self._pairs[atom.overlap]
+                self._forest.remove_atom(aid)
+                self._placed.discard(aid)
+            moved = self._lay_out()
+            return GraphChange(
+                retired=tuple(retiring), rerouted=self._rerouted(where), rebuilt=True, moved=moved
+            )
         routes = {g: _trim(route, self._stamps[g]) for g, route in self._routes.items()}
         for aid in retiring:
             routes = self._retire(aid, routes)

@@ -12,8 +12,10 @@ class Atom:
     ``overlap`` is the exact intersection ``Gi ∩ Gj`` (two members or more) of
     at least one pair of groups; ``served`` holds every group that takes part
     in such a pair (the groups whose messages the atom numbers); ``host`` is the
-    node that plays the atom, a member of ``overlap`` chosen when the atom is
-    created and kept for its life. ``id`` is never reused.
+    node that plays the atom: latency-blind, a member of ``overlap`` chosen when
+    the atom is created and kept for its life; placed for latency, any site
+    (a member of ``overlap`` with ``member_hosts``), which a change of the
+    graph may move. ``id`` is never reused.
     """
 
     id: int
@@ -27,12 +29,17 @@ class GraphChange:
     """What one :meth:`~epto.atoms.SequencingGraph.add_group` or
     :meth:`~epto.atoms.SequencingGraph.remove_group` changed: the atoms
     created, the atoms retired, and the groups whose route is no longer the
-    same (a new group with a route counts; a removed group does not).
+    same (a new group with a route counts; a removed group does not; placed
+    for latency, a group whose ingress moved counts too).
     """
 
     added: tuple[int, ...] = ()
     retired: tuple[int, ...] = ()
     rerouted: tuple[int, ...] = ()
     rebuilt: bool = False
-    """True when the incremental step failed and the whole graph was laid out
-    again (every route may have changed)."""
+    """True when the whole graph was laid out again (every route may have
+    changed): the latency-blind incremental step failed, or the graph is
+    placed for latency (every change lays it out again)."""
+    moved: tuple[int, ...] = ()
+    """Atoms that were live before the change and have another host after it
+    (only a graph placed for latency moves atoms)."""

@@ -95,6 +95,10 @@ class SimulationSpec:
     ``groups`` overlapping groups (docs/atoms.md)."""
     groups: int | None = None
     """Atoms: how many Zipf-sized groups over the processes (``None``: 8)."""
+    atoms_placement: Literal["latency", "members", "blind"] = "latency"
+    """Atoms: where the sequencing machines go (docs/atoms.md): placed for the
+    latency model on any process (``"latency"``), on members of the overlaps
+    only (``"members"``), or latency-blind on members (``"blind"``)."""
     k: int | None = None
     """Token ring: the resiliency level (``None``: a majority of the view)."""
     optimistic: str | None = None
@@ -172,6 +176,11 @@ class SimulationSpec:
             )
         if self.groups is not None and (not isinstance(self.groups, int) or self.groups < 1):
             raise ConfigurationError(f"groups must be a positive integer, got {self.groups!r}")
+        if self.atoms_placement not in ("latency", "members", "blind"):
+            raise ConfigurationError(
+                "atoms_placement must be 'latency', 'members' or 'blind', "
+                f"got {self.atoms_placement!r}"
+            )
 
     def partition_window(self) -> tuple[float, float] | None:
         """``(start, end)`` of the partition in rounds after the first
