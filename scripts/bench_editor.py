@@ -33,12 +33,11 @@ import tracemalloc
 
 import trio
 from epto.transports._ports import free_ports
-from epto.transports._trio.websocket import connect
+from epto.transports._trio.websocket import connect_page
 
 from epto.apps._editor import PageModel
 from epto.apps._ot import Insert
 from epto.apps.text import TextDocument
-from epto.endpoint import parse_host_port
 
 
 def start(mode: str, round_interval: float) -> tuple[list[subprocess.Popen[bytes]], list[str]]:
@@ -62,8 +61,7 @@ def start(mode: str, round_interval: float) -> tuple[list[subprocess.Popen[bytes
 async def measure(urls: list[str], keys: int, interval: float) -> list[float]:
     pages = []
     for url in urls:
-        host, port = parse_host_port(url.split("/")[2])
-        pages.append((await connect(host, port), PageModel()))
+        pages.append((await connect_page(url), PageModel()))
     sent: list[float] = []
     latencies: list[float] = []
 

@@ -46,17 +46,21 @@ import collections
 import contextlib
 import functools
 import json
+import os
 import random
+import secrets
 import time
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from importlib import resources
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
 import attrs
 import trio
 
+from epto import ConfigurationError, GroupKey
 from epto._incarnation import first_seq
 from epto.apps._editor import (
     KEEP,
@@ -76,10 +80,46 @@ from epto.wire import GroupSealer
 
 from ._loop import fresh_rng
 from ._trio.rsm_config import ReplicaConfig, ReplicaNotReadyError
-from ._trio.websocket import WebSocket, WebSocketClosed, serve_http
+from ._trio.websocket import Access, Refusal, WebSocket, WebSocketClosed, serve_http
 from .trio_rsm import ReplicatedNode
 
-__all__ = ["EditorConfig", "EditorServer"]
+__all__ = ["EditorConfig", "EditorServer", "editor_token"]
+
+TOKEN_FILE = "editor-token"
+"""The token kept in ``ReplicaConfig.data_dir`` (an unsealed replica's URL
+stays the same across restarts)."""
+
+
+def editor_token(group_key: GroupKey) -> str:
+    """The page token of every replica of a sealed group: 24 URL-safe
+    characters derived from the group key (HKDF-SHA256, info
+    ``"epto-editor-token-v1"`` and the key id). It gives no way back to the
+    key; rotating the key changes it."""
+    import base64
+
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    info = b"epto-editor-token-v1" + bytes([group_key.key_id])
+    hkdf = HKDF(algorithm=hashes.SHA256(), length=18, salt=None, info=info)
+    return base64.urlsafe_b64encode(hkdf.derive(group_key.secret)).decode()
+
+
+def _check_token(_instance: object, _attribute: object, value: str | None) -> None:
+    if value is None:
+        return
+    if not 16 <= len(value) <= 256 or value.strip("-_" + _URL_SAFE):
+        raise ConfigurationError(
+            "EditorConfig.token must be 16 to 256 characters of A-Z, a-z, 0-9, '-' and '_'"
+        )
+
+
+_URL_SAFE = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def _at_least_one(_instance: object, attribute: Any, value: int) -> None:
+    if value < 1:
+        raise ConfigurationError(f"EditorConfig.{attribute.name} must be at least 1, got {value}")
 
 
 @attrs.frozen(kw_only=True)
@@ -102,6 +142,36 @@ class EditorConfig:
     bot_rate: float = 5.0
     """The bot's edits per second."""
     bot_seed: int | None = None
+    token: str | None = attrs.field(default=None, validator=_check_token)
+    """What a page must present to open the WebSocket (``?token=``). None:
+    derived from the group key in a sealed group (:func:`editor_token`, the
+    same at every replica), else kept in ``replica.data_dir`` (drawn at the
+    first start), else drawn at start (``secrets.token_urlsafe(24)``)."""
+    allowed_hosts: tuple[str, ...] = ()
+    """``Host`` names (``name`` or ``name:port``) the WebSocket answers to
+    besides IP addresses and ``localhost``: the names pages use to reach the
+    replica (a TLS proxy's public name, a LAN name)."""
+    max_pages: int = attrs.field(default=256, validator=_at_least_one)
+    """Pages connected at once; more are refused (``503``, ``too-many-pages``)."""
+    page_queue_messages: int = attrs.field(default=1_000, validator=_at_least_one)
+    """Messages queued for one page at most; a page that lets more pile up
+    (it does not read) is dropped (``slow-page``): it reconnects and gets the
+    whole text."""
+    page_queue_bytes: int = attrs.field(default=1 << 20, validator=_at_least_one)
+    """Characters queued for one page at most, beside the message being
+    written (one message always fits: a reset of a long text)."""
+
+
+class _Outbox:
+    """What waits to be written to one page (bounded by
+    ``EditorConfig.page_queue_messages`` and ``page_queue_bytes``)."""
+
+    __slots__ = ("chars", "scope", "send")
+
+    def __init__(self, send: trio.MemorySendChannel[str], scope: trio.CancelScope) -> None:
+        self.send = send
+        self.scope = scope
+        self.chars = 0
 
 
 class EditorServer:
@@ -122,7 +192,7 @@ class EditorServer:
         self.presence = Presence(
             node.pid, cfg.presence_peers, codec=presence_codec(node.group, sealer)
         )
-        self._pages: dict[PageSession, trio.MemorySendChannel[str]] = {}
+        self._pages: dict[PageSession, _Outbox] = {}
         # Pages that connected while the replica was joining: they get their
         # text (and may edit) once the replica is ready, not before.
         self._waiting: set[PageSession] = set()
@@ -143,12 +213,29 @@ class EditorServer:
         self.rejected: collections.Counter[str] = collections.Counter()
         """Refusals by reason: HTTP requests and handshakes refused, pages
         dropped (too slow, too many), page messages refused."""
+        self.token = cfg.token or ""
+        """The pages' credential (known once started, see ``EditorConfig.token``)."""
+        self._group_key = node.group_key
+        self._connections = 0
+        self._pages_told = False
+        self._stopping: str | None = None
+        """Why the replica stops, once it does: pages get it (``stopped``)."""
+        self.stop_reason = ""
+        """What the pages are told when the server exits normally (default:
+        ``replica ID stopped``)."""
 
     # -- lifecycle -------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
         async with AsyncExitStack() as stack:
+            # The pages live outside the node's tasks: when the node stops
+            # (excluded, superseded, a fault) they are still there to be told.
+            pages = await stack.enter_async_context(trio.open_nursery())
+            stack.callback(pages.cancel_scope.cancel)
+            stack.push_async_exit(self._stop_pages)  # after the node stopped
             await stack.enter_async_context(self.node)
+            stack.callback(self._begin_stop)  # before the node stops
+            self.token = self.token or self._start_token()
             # Above every earlier start's operations: this start's event ids.
             self.doc.number_from(first_seq(self.node.node.incarnation))
             udp = self._udp = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
@@ -157,9 +244,10 @@ class EditorServer:
             stack.callback(nursery.cancel_scope.cancel)  # runs first on the way out
             host, port = parse_host_port(self.config.http)
             serve = functools.partial(trio.serve_tcp, self._serve, port, host=host)
-            listeners = await nursery.start(serve)
+            listeners = await pages.start(serve)
             bound = listeners[0].socket.getsockname()
-            self.url = f"http://{bound[0]}:{bound[1]}/"
+            self.url = f"http://{_url_host(bound[0])}:{bound[1]}/?token={self.token}"
+            self.access = Access(token=self.token, hosts=self.config.allowed_hosts)
             host, port = parse_host_port(self.config.presence)
             await udp.bind((host, port))
             bound = udp.getsockname()
@@ -185,11 +273,65 @@ class EditorServer:
         if stack is not None:
             await stack.__aexit__(exc_type, exc, tb)
 
+    def _start_token(self) -> str:
+        """``EditorConfig.token`` is None: derived from the group key, kept
+        in the data directory, or drawn."""
+        if self._group_key is not None:
+            return editor_token(self._group_key)
+        data_dir = self.config.replica.data_dir
+        if not data_dir:
+            return secrets.token_urlsafe(24)
+        path = Path(data_dir) / TOKEN_FILE
+        with contextlib.suppress(FileNotFoundError):
+            token = path.read_text().strip()
+            with contextlib.suppress(ConfigurationError):
+                _check_token(None, None, token)
+                return token
+        token = secrets.token_urlsafe(24)
+        temporary = path.with_name(path.name + ".tmp")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+        return token
+
+    def _begin_stop(self) -> None:
+        """The node is about to stop: take no more edits nor pages."""
+        if self._stopping is None:
+            self._stopping = self.stop_reason or f"replica {self.pid} stopped"
+
+    async def _stop_pages(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        """The node stopped (``exc``: why, if it did not stop by itself):
+        tell every page (``stopped``) and let it go, within a second."""
+        self._begin_stop()
+        reason = _stop_reason(exc, self.pid) or self._stopping
+        self._stopping = reason
+        text = json.dumps({"type": "stopped", "reason": reason})
+        self._pages_told = True  # nothing more after it
+        for outbox in self._pages.values():
+            with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError):
+                outbox.send.send_nowait(text)  # its room is kept for this one
+            outbox.send.close()  # the writer ends after it, and so does the page
+        with trio.CancelScope(shield=True), trio.move_on_after(1):
+            while self._pages:
+                await trio.sleep(0.01)
+        return False
+
     @property
     def ready(self) -> bool:
-        """The replica holds the group's text (``ReplicatedNode.ready``, no hole since)."""
+        """The replica holds the group's text (``ReplicatedNode.ready``, no
+        hole since) and is not stopping."""
         node = self.node
-        return node.ready and node.replica.ready and node.node is not None
+        return (
+            self._stopping is None and node.ready and node.replica.ready and node.node is not None
+        )
 
     # -- the document ----------------------------------------------------------------
 
@@ -255,20 +397,39 @@ class EditorServer:
                 self._pump()
 
     def _send(self, page: PageSession, message: dict[str, Any]) -> None:
-        channel = self._pages.get(page)
-        if channel is None:
+        self._send_text(page, json.dumps(message))
+
+    def _send_text(self, page: PageSession, text: str) -> None:
+        """Queue ``text`` for ``page``; a page whose queue is full (it does
+        not read) is dropped: it reconnects and gets the whole text."""
+        outbox = self._pages.get(page)
+        if outbox is None or self._pages_told:
+            return
+        cfg = self.config
+        queued = outbox.send.statistics().current_buffer_used
+        if queued >= cfg.page_queue_messages or (
+            queued and outbox.chars + len(text) > cfg.page_queue_bytes
+        ):
+            self.rejected["slow-page"] += 1
+            self._drop(page)
             return
         try:
-            channel.send_nowait(json.dumps(message))
-        except trio.WouldBlock:
-            channel.close()  # too slow a page: it reconnects and gets the whole text
-            self._pages.pop(page, None)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            self._pages.pop(page, None)
+            outbox.send.send_nowait(text)
+        except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+            self._drop(page)
+            return
+        outbox.chars += len(text)
+
+    def _drop(self, page: PageSession) -> None:
+        outbox = self._pages.pop(page, None)
+        if outbox is not None:
+            outbox.send.close()
+            outbox.scope.cancel()
 
     def _send_all(self, message: dict[str, Any]) -> None:
+        text = json.dumps(message)  # one string, shared by every queue
         for page in list(self._pages):
-            self._send(page, message)
+            self._send_text(page, text)
 
     def local_edit(self, op: Operation) -> None:
         """An edit of the local view by this replica's user (a bot, a test).
@@ -287,13 +448,47 @@ class EditorServer:
         return {"/": (page, "text/html; charset=utf-8")}
 
     async def _serve(self, stream: trio.SocketStream) -> None:
-        await serve_http(stream, self._files(), self._page)
+        if self._connections >= self.config.max_pages + 64:
+            # Connections not yet pages (heads being read, files being sent)
+            # are bounded too: the next ones are answered at once.
+            self.rejected["too-many-connections"] += 1
+            with trio.move_on_after(1), contextlib.suppress(trio.BrokenResourceError):
+                await stream.send_all(_BUSY)
+            await stream.aclose()
+            return
+        self._connections += 1
+        try:
+            await serve_http(
+                stream, self._files(), self._page, admit=self._admit, rejected=self.rejected
+            )
+        finally:
+            self._connections -= 1
+
+    def _admit(self, target: str, headers: Mapping[str, str]) -> Refusal | None:
+        """A WebSocket handshake: the credential, the Origin and the Host
+        (:class:`~epto.transports._trio.websocket.Access`), then room for a page."""
+        refusal = self.access.check(target, headers)
+        if refusal is not None:
+            return refusal
+        if self._stopping is not None:
+            return 503, "stopping"
+        if len(self._pages) >= self.config.max_pages:
+            return 503, "too-many-pages"
+        return None
 
     async def _page(self, ws: WebSocket) -> None:
+        if self._stopping is not None or len(self._pages) >= self.config.max_pages:
+            # Admitted, but others took the room during the handshake.
+            self.rejected["stopping" if self._stopping else "too-many-pages"] += 1
+            await ws.aclose()
+            return
         page = PageSession()
-        send, receive = trio.open_memory_channel[str](100_000)
+        # One more than the bound: room for the last message, ``stopped``.
+        send, receive = trio.open_memory_channel[str](self.config.page_queue_messages + 1)
+        scope = trio.CancelScope()
+        outbox = _Outbox(send, scope)
         self._fan_out(exclude=None)  # the other pages first: this one gets the whole text
-        self._pages[page] = send
+        self._pages[page] = outbox
         hello = {
             "type": "hello",
             "author": self.pid,
@@ -311,31 +506,34 @@ class EditorServer:
             self._waiting.add(page)
         self._send(page, self.presence.message())
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._writer, ws, receive, nursery.cancel_scope)
-                while True:
-                    try:
-                        raw = await ws.receive()
-                    except WebSocketClosed:
-                        break
-                    self._from_page(page, raw)
-                nursery.cancel_scope.cancel()
+            with scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._writer, ws, receive, outbox)
+                    while True:
+                        try:
+                            raw = await ws.receive()
+                        except WebSocketClosed:
+                            break
+                        self._from_page(page, raw)
+                    scope.cancel()
         finally:
-            self._pages.pop(page, None)
+            if self._pages.get(page) is outbox:
+                del self._pages[page]
             self._waiting.discard(page)
             send.close()
-            with trio.CancelScope(shield=True), trio.move_on_after(1):
-                await ws.aclose()
+            with trio.CancelScope(shield=True):
+                await ws.aclose(timeout=1)
 
     async def _writer(
-        self, ws: WebSocket, receive: trio.MemoryReceiveChannel[str], scope: trio.CancelScope
+        self, ws: WebSocket, receive: trio.MemoryReceiveChannel[str], outbox: _Outbox
     ) -> None:
         try:
             async for text in receive:
+                outbox.chars -= len(text)
                 await ws.send(text)
         except WebSocketClosed:
             pass
-        scope.cancel()
+        outbox.scope.cancel()
 
     def _from_page(self, page: PageSession, raw: str) -> None:
         try:
@@ -410,3 +608,39 @@ class EditorServer:
             self._caret = (pos, pos)
             self._caret_moved.set()
         self.bot_done.set()
+
+
+_BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _stop_reason(exc: BaseException | None, pid: int) -> str | None:
+    """One line saying why the node stopped, from what its exit raised
+    (None: it did not stop by itself)."""
+    from epto import SupersededError
+
+    from .trio_node import MemberExcludedError
+
+    found: list[BaseException] = []
+
+    def walk(e: BaseException) -> None:
+        if isinstance(e, BaseExceptionGroup):
+            for inner in e.exceptions:
+                walk(inner)
+        elif not isinstance(e, (trio.Cancelled, KeyboardInterrupt, GeneratorExit)):
+            found.append(e)
+
+    if exc is not None:
+        walk(exc)
+    for e in found:
+        if isinstance(e, SupersededError):
+            return f"replica {pid} superseded: another start of it runs"
+        if isinstance(e, MemberExcludedError):
+            return f"replica {pid} excluded from the group"
+    if found:
+        line = str(found[0]).splitlines()[0][:200] if str(found[0]) else ""
+        return f"replica {pid} stopped on a fault: {type(found[0]).__name__}: {line}".rstrip(": ")
+    return None

@@ -19,7 +19,7 @@ from contextlib import AsyncExitStack
 import pytest
 import trio
 from epto.transports._ports import free_ports
-from epto.transports._trio.websocket import connect
+from epto.transports._trio.websocket import connect_page
 from epto.transports.trio_editor import EditorConfig, EditorServer
 from epto.transports.trio_rsm import ReplicaConfig, ReplicaNotReadyError
 
@@ -27,7 +27,7 @@ from epto._incarnation import first_seq
 from epto.apps._editor import PageModel
 from epto.apps._ot import Insert, apply
 from epto.apps.text import TextDocument
-from epto.endpoint import NodeConfig, parse_host_port
+from epto.endpoint import NodeConfig
 
 
 @pytest.mark.trio
@@ -38,8 +38,7 @@ async def test_a_replica_that_is_not_ready_takes_no_page_edit() -> None:
         config = EditorConfig(replica=ReplicaConfig(audit_interval=float("inf")))
         server = await stack.enter_async_context(EditorServer(node, config))
         await server.node.wait_ready()
-        host, http = parse_host_port(server.url.split("/")[2])
-        ws = await connect(host, http)
+        ws = await connect_page(server.url)
         stack.push_async_callback(ws.aclose)
         page = PageModel()
         resets: list[str] = []

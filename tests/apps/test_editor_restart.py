@@ -20,11 +20,10 @@ from pathlib import Path
 import pytest
 import trio
 from epto.transports._ports import free_ports
-from epto.transports._trio.websocket import WebSocket, WebSocketClosed, connect
+from epto.transports._trio.websocket import WebSocket, WebSocketClosed, connect_page
 
 from epto.apps._editor import PageModel
 from epto.apps._ot import Insert
-from epto.endpoint import parse_host_port
 
 PIDS = (1, 2, 3)
 VICTIM = 3
@@ -92,9 +91,8 @@ class Page:
     async def run(self) -> None:
         backoff = 0.05
         while True:
-            host, port = parse_host_port(self.replica.url.split("/")[2])
             try:
-                ws = await connect(host, port)
+                ws = await connect_page(self.replica.url)
             except (OSError, WebSocketClosed):
                 await trio.sleep(backoff)
                 backoff = min(backoff * 2, 0.5)

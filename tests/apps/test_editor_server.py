@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import trio
 from epto.transports._ports import free_ports
-from epto.transports._trio.websocket import WebSocket, connect
+from epto.transports._trio.websocket import WebSocket, connect_page
 from epto.transports.trio_editor import EditorConfig, EditorServer
 from epto.transports.trio_rsm import ReplicaConfig
 
@@ -86,8 +86,7 @@ async def open_clients(stack: AsyncExitStack, servers: list[EditorServer]) -> li
     """A page per server (closed on the way out, after their tasks)."""
     clients = []
     for server in servers:
-        host, port = parse_host_port(server.url.split("/")[2])
-        client = Client(await connect(host, port))
+        client = Client(await connect_page(server.url))
         stack.push_async_callback(client.ws.aclose)
         clients.append(client)
     nursery = await stack.enter_async_context(trio.open_nursery())
@@ -212,8 +211,7 @@ async def test_a_page_of_a_joining_replica_gets_the_text_only_once_it_is_ready()
             transfer_bind=peers[9], joining=True, peers=peers, audit_interval=float("inf")
         )
         joiner = await stack.enter_async_context(EditorServer(node, EditorConfig(replica=replica)))
-        host, port = parse_host_port(joiner.url.split("/")[2])
-        ws = await connect(host, port)
+        ws = await connect_page(joiner.url)
         stack.push_async_callback(ws.aclose)
         texts = []
         with trio.fail_after(30):
@@ -275,4 +273,4 @@ def test_the_command_line_serves_and_its_bot_types(tmp_path: Path, sealed: bool)
     )
     assert done.returncode == 0, done.stderr
     line = done.stderr.splitlines()[0]
-    assert line.startswith("ready 1 http://127.0.0.1:") and line.endswith("/")
+    assert line.startswith("ready 1 http://127.0.0.1:") and "/?token=" in line
