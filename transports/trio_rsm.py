@@ -135,6 +135,11 @@ class _Call:
 _UNSET: Final = object()
 
 
+class StateRefusedError(TransferError):
+    """A peer's state that the state machine's ``restore`` raised on: refused
+    like a corrupt one (counted, the next provider asked)."""
+
+
 class ReplicatedNode:
     """One replica of ``machine`` on a trio node (see the module's rules)."""
 
@@ -172,6 +177,7 @@ class ReplicatedNode:
         self._durable = Durability.of(cfg, node.pid)
         self.transfers = 0
         self.transfer_failures = 0
+        self.states_refused = 0
         self.audits = 0
         self.contradictions = 0
         self._verdicts = AuditVerdicts()
@@ -643,6 +649,10 @@ class ReplicatedNode:
                     self.transfer_failures += 1
                     continue
                 await self._restore(snapshot)
+            except StateRefusedError:
+                self.transfer_failures += 1
+                self.states_refused += 1
+                continue
             except (TransferError, ValueError):
                 self.transfer_failures += 1
                 continue
@@ -658,7 +668,7 @@ class ReplicatedNode:
             # group. The replica's own bookkeeping (cut, digests, buffer)
             # stays in this thread, where the audits and the transfer
             # server read it.
-            await trio.to_thread.run_sync(self.machine.restore, snapshot.state)
+            await trio.to_thread.run_sync(self._restore_machine, snapshot.state)
             restored = self.replica.restore(snapshot, state_restored=True)
             self._fetched_cut = snapshot.cut
             self._commits.reset()
@@ -680,6 +690,23 @@ class ReplicatedNode:
             # An EpTO newcomer in an idle group has seen no timestamp:
             # its next commands must come after what the group applied.
             self._node.advance_clock(snapshot.cut[0])
+
+    def _restore_machine(self, state: bytes) -> None:
+        """Hand a peer's ``state`` to the machine (in a worker thread); any
+        exception from its ``restore`` (a state it cannot decode: ``{}``,
+        garbage, wrong types) refuses the state like a corrupt one. The
+        machine is then rolled back to what it held before (a snapshot taken
+        first): a ``restore`` that failed half-way leaves nothing behind. A
+        machine that cannot restore its own snapshot is a defect of the
+        application, and stops the replica."""
+        saved = self.machine.snapshot()
+        try:
+            self.machine.restore(state)
+        except Exception as exc:
+            self.machine.restore(saved)
+            raise StateRefusedError(
+                f"the state machine could not restore the state: {type(exc).__name__}: {exc}"[:200]
+            ) from None
 
     async def _confirmed(self, snapshot: Snapshot, provider: ProcessId) -> bool:
         """Whether the other ready replicas confirm ``snapshot``'s digest at
@@ -818,6 +845,7 @@ class ReplicatedNode:
             snapshots_taken=self.snapshots_taken,
             transfers=self.transfers,
             transfer_failures=self.transfer_failures,
+            states_refused=self.states_refused,
             audits=self.audits,
             contradictions=self.contradictions,
             confirmed=self._commits.confirmed(replica) if self._majority else None,

@@ -151,6 +151,10 @@ class ReplicaStatus:
     contradictions: int
     """Audits a peer's digest contradicted."""
     transfer_failures: int
+    states_refused: int = 0
+    """States served by a peer that the state machine's ``restore`` raised on
+    (``{}``, garbage, wrong types): refused like a corrupt state (counted in
+    ``transfer_failures`` too), the machine rolled back, the next peer asked."""
     confirmed: OrderKey | None = None
     """The highest cut a majority of the replicas confirmed with this
     replica's digest there (EpTO, ``acknowledge="majority"``; else None): a
