@@ -10,11 +10,22 @@ Everything a connection sends is hostile until checked: frames are bounded
 (one event payload of at most ``max_payload`` bytes), an event must decode as
 a sink event, a connection may leave at most ``window`` events
 unacknowledged (a slot frees when its acknowledgement is written, so a peer
-that does not read them stalls only itself), at most ``max_connections`` are
-open (more are refused at once), a connection that sends nothing for
-``idle_timeout`` seconds while it has nothing outstanding is closed, and the
-token, when set, must match. Each refusal is counted in
+that does not read them stalls only itself), the token, when set, must match,
+and a connection that sends nothing for ``idle_timeout`` seconds while it has
+nothing outstanding is closed. Each refusal is counted in
 ``statistics.rejected``; none stops the node.
+
+Connections that have not authenticated cannot crowd out a writer: the first
+message (the token) must arrive whole within ``hello_timeout`` seconds of the
+connection's acceptance, whatever the peer trickles meanwhile; at most
+``max_unauthenticated`` connections wait for it, and one more evicts the one
+that has waited longest (so a writer that sends its token at once gets its
+turn however many silent connections are opened); and only authenticated
+connections count against ``max_connections`` (more are refused at once, or
+right after their token when several authenticate at the same moment).
+Without a token anyone authenticates with the empty one, and then
+``max_connections`` connections that authenticate and fall silent hold the
+gateway for ``idle_timeout``: set a token wherever others can connect.
 """
 
 from __future__ import annotations
@@ -52,6 +63,9 @@ class GatewayStatistics:
     connections: int = 0
     """Connections accepted (refused ones not included)."""
     open_connections: int = 0
+    """Connections open now, authenticated or not."""
+    authenticating: int = 0
+    """Connections now waiting to authenticate (at most ``max_unauthenticated``)."""
     events: int = 0
     """Events broadcast for the sink."""
     rows: int = 0
@@ -59,7 +73,10 @@ class GatewayStatistics:
     acknowledged: int = 0
     """Events acknowledged to a connection after the node delivered them."""
     rejected: dict[str, int] = attrs.field(factory=dict)
-    """Refusals by reason: ``connections``, ``token``, ``frame-size``,
+    """Refusals by reason: ``connections`` (``max_connections`` authenticated
+    connections are open), ``hello-timeout`` (no token within
+    ``hello_timeout``), ``hello-evicted`` (``max_unauthenticated`` younger
+    connections were waiting to authenticate), ``token``, ``frame-size``,
     ``malformed``, ``idle``, ``broadcast`` (the node refused the payload),
     ``error`` (an unexpected failure while serving a connection)."""
 
@@ -80,6 +97,7 @@ class _Connection:
         self.outstanding = 0
         self.buffer = bytearray()
         self.open = True
+        self.evicted = False
         self.send_lock = trio.Lock()
         # Acknowledgements to send: at most ``window`` (one per slot taken).
         self.acks, self._ack_source = trio.open_memory_channel[int](window)
@@ -122,7 +140,9 @@ class Gateway:
 
     ``bind`` is ``host:port`` (port 0 picks one; :attr:`address` says which
     once :meth:`run` started). ``max_payload`` must not exceed the group's
-    ``Limits.max_payload_size``. Run it in the nursery that holds the node::
+    ``Limits.max_payload_size``. ``hello_timeout`` and ``max_unauthenticated``
+    bound the connections that have not sent the token yet (see the module's
+    docstring). Run it in the nursery that holds the node::
 
         async with open_node(config) as node:
             gateway = Gateway(node, "127.0.0.1:7600", max_payload=60_000)
@@ -138,22 +158,34 @@ class Gateway:
         window: int = 64,
         max_connections: int = 64,
         idle_timeout: float = 120.0,
+        hello_timeout: float = 5.0,
+        max_unauthenticated: int = 16,
         token: bytes = b"",
         on_delivery: Callable[[Delivery], Any] | None = None,
     ) -> None:
         if len(token) > MAX_TOKEN:
             raise ValueError(f"token longer than {MAX_TOKEN} bytes")
+        if not hello_timeout > 0:
+            raise ValueError(f"hello_timeout must be > 0, got {hello_timeout!r}")
+        if not max_unauthenticated >= 1:
+            raise ValueError(f"max_unauthenticated must be >= 1, got {max_unauthenticated!r}")
         self.node = node
         self.bind = bind
         self.max_payload = max_payload
         self.window = window
         self.max_connections = max_connections
         self.idle_timeout = idle_timeout
+        self.hello_timeout = hello_timeout
+        self.max_unauthenticated = max_unauthenticated
         self.token = token
         self.on_delivery = on_delivery
         self.statistics = GatewayStatistics()
         self.address = bind
         self._pending: dict[EventId, tuple[_Connection, int]] = {}
+        # Connections waiting to authenticate, oldest first, each with the
+        # scope that bounds its wait (cancelled to evict it).
+        self._waiting: dict[_Connection, trio.CancelScope] = {}
+        self._authenticated = 0
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Listen and pump deliveries until cancelled."""
@@ -180,19 +212,41 @@ class Gateway:
 
     async def _serve(self, stream: trio.SocketStream) -> None:
         stats = self.statistics
-        if stats.open_connections >= self.max_connections:
+        if self._authenticated >= self.max_connections:
             stats.reject("connections")
             await _refuse(stream, "too many connections")
             return
+        if len(self._waiting) >= self.max_unauthenticated:
+            oldest = next(iter(self._waiting))
+            oldest.evicted = True
+            self._waiting[oldest].cancel()
+            self._stop_waiting(oldest)
         stats.connections += 1
         stats.open_connections += 1
         conn = _Connection(stream, self.window)
+        hello = trio.CancelScope(deadline=trio.current_time() + self.hello_timeout)
+        self._waiting[conn] = hello
+        stats.authenticating = len(self._waiting)
+        authenticated = counted = False
         refused: _Refused | None = None
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(conn.send_acks)
                 try:
-                    await stream.send_all(HELLO.pack(HELLO_MAGIC, self.max_payload, self.window))
+                    with hello:
+                        await stream.send_all(
+                            HELLO.pack(HELLO_MAGIC, self.max_payload, self.window)
+                        )
+                        await self._authenticate(conn)
+                        authenticated = True
+                    self._stop_waiting(conn)
+                    if not authenticated:
+                        raise _hello_refusal(conn, self.hello_timeout)
+                    if self._authenticated >= self.max_connections:
+                        raise _Refused("connections", "too many connections")
+                    self._authenticated += 1
+                    counted = True
+                    await conn.send_frame(b"A" + CHUNK.pack(HELLO_CHUNK))
                     await self._converse(conn)
                 except _Refused as exc:
                     refused = exc
@@ -202,15 +256,24 @@ class Gateway:
                     nursery.cancel_scope.cancel()
             if refused is not None:
                 stats.reject(refused.reason)
-                with trio.move_on_after(5):
+                # Bounded: a peer that does not read must not keep the connection.
+                with trio.move_on_after(5 if authenticated else 1):
                     await conn.send_frame(b"R" + str(refused).encode()[:MAX_REASON])
         except Exception:  # a bug here must not take the node down with it
             stats.reject("error")
         finally:
+            self._stop_waiting(conn)
+            if counted:
+                self._authenticated -= 1
             conn.open = False
             conn.acks.close()
             stats.open_connections -= 1
             await trio.aclose_forcefully(stream)
+
+    def _stop_waiting(self, conn: _Connection) -> None:
+        """``conn`` no longer waits to authenticate (it did, failed or was evicted)."""
+        self._waiting.pop(conn, None)
+        self.statistics.authenticating = len(self._waiting)
 
     async def _frame(self, conn: _Connection, limit: int) -> bytes:
         (length,) = FRAME_LEN.unpack(await conn.read_exact(FRAME_LEN.size, self.idle_timeout))
@@ -218,11 +281,14 @@ class Gateway:
             raise _Refused("frame-size", f"frame of {length} bytes exceeds {limit}")
         return await conn.read_exact(length, self.idle_timeout)
 
-    async def _converse(self, conn: _Connection) -> None:
+    async def _authenticate(self, conn: _Connection) -> None:
+        """Read the first frame, the token (the caller bounds the wait)."""
         hello = await self._frame(conn, 1 + MAX_TOKEN)
         if hello[:1] != b"H" or not hmac.compare_digest(hello[1:], self.token):
             raise _Refused("token", "wrong token")
-        await conn.send_frame(b"A" + CHUNK.pack(HELLO_CHUNK))
+
+    async def _converse(self, conn: _Connection) -> None:
+        """Broadcast an authenticated connection's events."""
         while True:
             body = await self._frame(conn, 1 + CHUNK.size + self.max_payload)
             if body[:1] != b"E" or len(body) < 1 + CHUNK.size:
@@ -243,6 +309,12 @@ class Gateway:
             self._pending[eid] = (conn, chunk)
             self.statistics.events += 1
             self.statistics.rows += len(event.values)
+
+
+def _hello_refusal(conn: _Connection, timeout: float) -> _Refused:
+    if conn.evicted:
+        return _Refused("hello-evicted", "too many connections waiting to authenticate")
+    return _Refused("hello-timeout", f"no token within {timeout:g} s")
 
 
 async def _refuse(stream: trio.SocketStream, reason: str) -> None:
