@@ -7,7 +7,8 @@ The modules, bottom up (no import circle: ``tests/test_simulation_layout.py``):
 
 * ``_calendar.py``: the calendar queue, its item kinds, versioned timers,
   :class:`SimulationStalled`;
-* ``_latency.py``: latency models;
+* ``_latency.py``: latency models; ``_transit_stub.py``: the transit-stub
+  topology's;
 * ``_network.py``: latency, loss and partitions for datagrams and reliable
   FIFO links;
 * ``_spec.py``: :class:`SimulationSpec`, the value that defines a run;
@@ -49,6 +50,7 @@ from ._network import NetworkStatistics as NetworkStatistics
 from ._ring_cluster import TokenRingCluster as TokenRingCluster
 from ._simulation import Simulation as Simulation
 from ._spec import SimulationSpec as SimulationSpec
+from ._transit_stub import TransitStubLatency as TransitStubLatency
 
 __all__ = [
     "Cluster",
@@ -64,6 +66,7 @@ __all__ = [
     "SimulationSpec",
     "SimulationStalled",
     "TokenRingCluster",
+    "TransitStubLatency",
     "UniformLatency",
     "run_simulation",
 ]

@@ -13,8 +13,9 @@ from epto.optimistic import OptimisticConfig
 from epto.tokenring import TokenRingConfig
 
 from ._latency import ConstantLatency, LatencyModel, PlanetLabLatency, UniformLatency
+from ._transit_stub import TransitStubLatency
 
-LatencyKind = Literal["constant", "uniform", "planetlab"]
+LatencyKind = Literal["constant", "uniform", "planetlab", "transit-stub"]
 
 
 def _check_range(name: str, value: float, low: float, high: float) -> None:
@@ -208,6 +209,9 @@ class SimulationSpec:
             return UniformLatency(self.latency_low, self.latency_high)
         if self.latency == "planetlab":
             return PlanetLabLatency(per_link=self.planetlab_per_link)
+        if self.latency == "transit-stub":
+            # A topology of 10,000 routers drawn from the run's seed, one host per process.
+            return TransitStubLatency(self.processes, seed=self.seed)
         raise ConfigurationError(f"unknown latency model {self.latency!r}")
 
     def config(self, latency: LatencyModel) -> Config:
