@@ -247,18 +247,21 @@ def test_the_pages_transformation_is_the_replicas(browser: Any) -> None:
         assert (decode(a2), decode(b2)) == transform(a, b, first), (a, b, first)
 
 
-def test_a_page_without_its_text_takes_no_keystrokes(browser: Any) -> None:
-    # Served from a file, the page never reaches a server, so it never gets
-    # the text its edits would be made against: it stays read only, and what
-    # is typed neither changes it nor reaches anyone.
+def test_a_page_without_its_text_keeps_what_is_typed(browser: Any) -> None:
+    # Served from a file, the page never reaches a server: it stays
+    # editable, keeps what is typed (to send once it has the text) and says
+    # so; nothing is sent.
     from importlib import resources
 
     page = resources.files("epto.apps").joinpath("editor_static", "index.html")
     with resources.as_file(page) as path:
         browser.get(path.as_uri())
     text = browser.find_element(By.ID, "text")
-    text.send_keys("lost")
-    assert text.get_attribute("value") == ""
-    assert browser.execute_script("return document.getElementById('text').readOnly") is True
+    text.send_keys("kept")
+    assert text.get_attribute("value") == "kept"
+    assert browser.execute_script("return document.getElementById('text').readOnly") is False
     assert browser.execute_script("return window.epto.synced()") is False
-    assert "loading" in browser.find_element(By.ID, "status").text
+    assert browser.execute_script("return window.epto.kept()") == 4
+    line = browser.find_element(By.ID, "line").text
+    assert line == "offline: 4 edits kept, sent when the replica is back", line
+    assert browser.find_element(By.ID, "status").text == "connecting"
