@@ -64,17 +64,19 @@ from epto import ConfigurationError, GroupKey
 from epto._incarnation import first_seq
 from epto.apps._editor import (
     KEEP,
+    PageCursor,
+    PageFault,
     PageSession,
     Presence,
     StalePage,
     color_of,
-    decode,
+    parse_page_message,
     presence_codec,
     presence_key,
     random_edit,
 )
 from epto.apps._ot import Insert, Operation
-from epto.apps.text import Change, TextDocument, transform_position
+from epto.apps.text import MAX_PARTS, MIN_PART_SIZE, Change, TextDocument, transform_position
 from epto.endpoint import Address, NodeConfig, parse_host_port
 from epto.wire import GroupSealer
 
@@ -180,7 +182,9 @@ class EditorServer:
     def __init__(self, node: NodeConfig, config: EditorConfig | None = None) -> None:
         self.config = cfg = config if config is not None else EditorConfig()
         self.pid = node.pid
-        self.doc = TextDocument(author=node.pid, horizon=cfg.horizon)
+        self.doc = TextDocument(
+            author=node.pid, horizon=cfg.horizon, max_part_size=_part_size(node, cfg.replica)
+        )
         self.node = ReplicatedNode(self.doc, node, attrs.evolve(cfg.replica, on_applied=self._pump))
         self.name = cfg.name or f"replica {node.pid}"
         sealer = None
@@ -190,8 +194,13 @@ class EditorServer:
                 presence_key(node.group_key), counter_start=int(time.time() * 1e6), rng=fresh_rng()
             )
         self.presence = Presence(
-            node.pid, cfg.presence_peers, codec=presence_codec(node.group, sealer)
+            node.pid,
+            cfg.presence_peers,
+            codec=presence_codec(node.group, sealer),
+            peers=cfg.presence_peers,
+            sealed=sealer is not None,  # the seal proves a member of the group
         )
+        self.presence.locate = self.doc.locate
         self._pages: dict[PageSession, _Outbox] = {}
         # Pages that connected while the replica was joining: they get their
         # text (and may edit) once the replica is ready, not before.
@@ -325,6 +334,17 @@ class EditorServer:
         return False
 
     @property
+    def pages(self) -> int:
+        """Pages connected (at most ``EditorConfig.max_pages``)."""
+        return len(self._pages)
+
+    @property
+    def queued(self) -> int:
+        """Messages waiting to be written to the pages, all pages together
+        (at most ``page_queue_messages`` per page, plus ``stopped``)."""
+        return sum(o.send.statistics().current_buffer_used for o in self._pages.values())
+
+    @property
     def ready(self) -> bool:
         """The replica holds the group's text (``ReplicatedNode.ready``, no
         hole since) and is not stopping."""
@@ -339,7 +359,13 @@ class EditorServer:
         """Submit what the document wants sent; push the view's changes."""
         if self.ready:
             for args in self.doc.take_outgoing():
-                self.node.submit("edit", *args)
+                try:
+                    self.node.submit("edit", *args)
+                except ReplicaNotReadyError:
+                    # A token-ring member out of the view since: its state is
+                    # fetched again when it is back, which ends the in-flight
+                    # operation (TextDocument.restore).
+                    break
                 self.edits_sent += 1
         self._fan_out(exclude=None)
 
@@ -362,7 +388,6 @@ class EditorServer:
 
     def _push(self, changes: list[Change], skip: set[PageSession]) -> None:
         for change in changes:
-            self.presence.moved(change.op)
             pos, end = self._caret
             self._caret = (transform_position(pos, change.op), transform_position(end, change.op))
         restored = any(c.remote and not c.op for c in changes)
@@ -514,7 +539,10 @@ class EditorServer:
                             raw = await ws.receive()
                         except WebSocketClosed:
                             break
-                        self._from_page(page, raw)
+                        fault = self._from_page(page, raw)
+                        if fault is not None:
+                            await self._refuse(page, outbox, fault)
+                            break
                     scope.cancel()
         finally:
             if self._pages.get(page) is outbox:
@@ -535,61 +563,86 @@ class EditorServer:
             pass
         outbox.scope.cancel()
 
-    def _from_page(self, page: PageSession, raw: str) -> None:
+    def _from_page(self, page: PageSession, raw: str) -> PageFault | None:
+        """One page message; the fault that closes the page, if any."""
         try:
-            message = json.loads(raw)
-            kind = message["type"]
-            if kind == "edit":
-                op = decode(message["edits"])
-                self._fan_out(exclude=None)  # a readiness change first
-                if not self.ready:
-                    # Not the group's text: the edit is not taken. The page
-                    # was told (state), and gets the text once the replica is
-                    # ready; it reports the edit as not sent.
-                    self._waiting.add(page)
-                    self.edits_refused += 1
-                    return
-                rebased, ack = page.receive(message["base"], op)
-                self.doc.local_edit(rebased)
-                self._send(page, ack)
-                self._fan_out(exclude=page)
-                self._pump()
-            elif kind == "cursor":
-                pos = page.position(message["base"], message["pos"])
-                end = page.position(message["base"], message["end"])
-                self._caret = (pos, end)
+            message = parse_page_message(raw, max_length=self.doc.max_length)
+            if isinstance(message, PageCursor):
+                pos = page.position(message.base, message.pos)
+                end = page.position(message.base, message.end)
+                length = len(self.doc.view)
+                self._caret = (min(pos, length), min(end, length))
                 self._caret_moved.set()
+                return None
+            self._fan_out(exclude=None)  # a readiness change first
+            if not self.ready:
+                # Not the group's text: the edit is not taken. The page
+                # was told (state), and gets the text once the replica is
+                # ready; it reports the edit as not sent.
+                self._waiting.add(page)
+                self.edits_refused += 1
+                return None
+            rebased, ack = page.receive(message.base, message.op)
+            try:
+                # Checked against the view: what every replica takes.
+                self.doc.local_edit(rebased)
+            except ValueError as exc:
+                raise PageFault("edit-out-of-range", str(exc)) from None
+            self._send(page, ack)
+            self._fan_out(exclude=page)
+            self._pump()
         except StalePage:
             pass  # made before a reset the page is being sent: dropped
-        except (ValueError, KeyError, TypeError):
-            pass  # a malformed message from a page: ignored
+        except PageFault as fault:
+            return fault
+        except Exception as exc:  # a page never stops the replica
+            return PageFault("error", type(exc).__name__)
+        return None
+
+    async def _refuse(self, page: PageSession, outbox: _Outbox, fault: PageFault) -> None:
+        """Count ``fault``, tell the page (``refused``) and let its writer
+        send what is queued, within a second; the caller then closes it."""
+        self.rejected[f"page-{fault.reason}"] += 1
+        self._send(page, {"type": "refused", "reason": str(fault)[:200]})
+        if self._pages.get(page) is outbox:
+            del self._pages[page]
+        self._waiting.discard(page)
+        outbox.send.close()  # the writer ends once the queue is written
+        with trio.move_on_after(1):
+            await trio.sleep_forever()
 
     # -- presence ----------------------------------------------------------------------
 
     def _presence_datagram(self) -> bytes:
-        pos, end = self._caret
-        return self.presence.datagram(self.name, color_of(self.pid), pos, end)
+        version, pos = self.doc.anchor(self._caret[0])
+        _, end = self.doc.anchor(self._caret[1])
+        return self.presence.datagram(self.name, color_of(self.pid), version, pos, end)
 
     async def _presence_sender(self) -> None:
         assert self._udp is not None
-        peers = [parse_host_port(a) for p, a in self.config.presence_peers.items() if p != self.pid]
         while True:
             with trio.move_on_after(1.0):
                 await self._caret_moved.wait()
                 await trio.sleep(0.03)  # a burst of keystrokes: one datagram
             self._caret_moved = trio.Event()
+            # The group's members are heard too (a replica that joined since).
+            members = set(self.node.status().members) if self.node.node is not None else set()
+            self.presence.authors = frozenset(self.config.presence_peers) | members
             data = self._presence_datagram()
-            for host, port in peers:
+            for address in self.presence.addresses():
                 with contextlib.suppress(OSError):  # lossy by design
-                    await self._udp.sendto(data, (host, port))
+                    await self._udp.sendto(data, address)
             if self.presence.expire(trio.current_time()):
                 self._send_all(self.presence.message())
 
     async def _presence_receiver(self) -> None:
         assert self._udp is not None
         while True:
-            data, _ = await self._udp.recvfrom(4096)
-            if self.presence.heard(data, trio.current_time(), len(self.doc.view)):
+            try:
+                data, source = await self._udp.recvfrom(4096)
+            except OSError:
+                continue  # an ICMP error of an earlier send: lossy by design
+            if self.presence.heard(data, trio.current_time(), source[:2]):
                 self._send_all(self.presence.message())
 
     # -- the bot -------------------------------------------------------------------------
@@ -644,3 +697,18 @@ def _stop_reason(exc: BaseException | None, pid: int) -> str | None:
         line = str(found[0]).splitlines()[0][:200] if str(found[0]) else ""
         return f"replica {pid} stopped on a fault: {type(found[0]).__name__}: {line}".rstrip(": ")
     return None
+
+
+def _part_size(node: NodeConfig, replica: ReplicaConfig) -> int:
+    """Bytes of one part's edits (``TextDocument(max_part_size=...)``): the
+    node's payload limit less the command around them, written with the
+    largest numbers it can hold."""
+    big = 1 << 64
+    around = len(replica.codec.encode("edit", (big, big, big, [], MAX_PARTS, MAX_PARTS))) - 2
+    size = node.limits.max_payload_size - around
+    if size < MIN_PART_SIZE:
+        raise ConfigurationError(
+            f"Limits.max_payload_size={node.limits.max_payload_size} leaves {size} bytes for "
+            f"an editor operation's part (at least {MIN_PART_SIZE})"
+        )
+    return size

@@ -90,17 +90,62 @@ def transform_edit(a: Edit, b: Edit, a_first: bool) -> list[Edit]:
 def transform(a: Sequence[Edit], b: Sequence[Edit], a_first: bool) -> tuple[Operation, Operation]:
     """``(a', b')``: operation ``a`` rewritten to apply after ``b``, and ``b``
     after ``a`` (both written against the same text), so that
-    ``apply(apply(t, b), a') == apply(apply(t, a), b')``."""
-    if not a or not b:
-        return tuple(a), tuple(b)
-    if len(a) == 1 and len(b) == 1:
-        return tuple(transform_edit(a[0], b[0], a_first)), tuple(
-            transform_edit(b[0], a[0], not a_first)
-        )
-    if len(a) > 1:
-        head, b1 = transform(a[:1], b, a_first)
-        rest, b2 = transform(a[1:], b1, a_first)
-        return head + rest, b2
-    a1, head = transform(a, b[:1], a_first)
-    a2, rest = transform(a1, b[1:], a_first)
-    return a2, head + rest
+    ``apply(apply(t, b), a') == apply(apply(t, a), b')``.
+
+    The grid of single-edit transformations, walked with loops (an
+    operation of a thousand edits is not a thousand nested calls): each edit
+    of ``a`` in turn against the whole of ``b``, which each step rewrites."""
+    out: list[Edit] = []
+    rest = tuple(b)
+    for edit in a:
+        done, rest = _one_against(edit, rest, a_first)
+        out.extend(done)
+    return tuple(out), rest
+
+
+def _one_against(a: Edit, b: Operation, a_first: bool) -> tuple[Operation, Operation]:
+    """One edit against an operation (the edit may split as it goes)."""
+    mine: Operation = (a,)
+    theirs: list[Edit] = []
+    for edit in b:
+        mine, done = _against_one(mine, edit, a_first)
+        theirs.extend(done)
+    return mine, tuple(theirs)
+
+
+def _against_one(a: Operation, b: Edit, a_first: bool) -> tuple[Operation, Operation]:
+    """An operation against one edit. A split edit has at most two pieces
+    and pieces split no further than their edit did, so the nesting of
+    these two functions stays shallow."""
+    if len(a) == 1:
+        return tuple(transform_edit(a[0], b, a_first)), tuple(transform_edit(b, a[0], not a_first))
+    out: list[Edit] = []
+    theirs: Operation = (b,)
+    for edit in a:
+        done, theirs = _one_against(edit, theirs, a_first)
+        out.extend(done)
+    return tuple(out), theirs
+
+
+def checked(text_length: int, op: Sequence[Edit], max_length: int) -> int:
+    """The length of a text of ``text_length`` after ``op``, if every edit of
+    ``op`` lies within the text it applies to (no clamping) and the result
+    is at most ``max_length``; :class:`ValueError` otherwise. What a replica
+    takes from its user is then what every replica applies alike."""
+    length = text_length
+    for edit in op:
+        if isinstance(edit, Insert):
+            if not isinstance(edit.text, str) or not 0 <= edit.pos <= length:
+                raise ValueError(f"insert at {edit.pos} outside a text of {length}")
+            length += len(edit.text)
+        elif isinstance(edit, Delete):
+            if edit.pos < 0 or edit.length < 0 or edit.pos + edit.length > length:
+                raise ValueError(
+                    f"delete of {edit.length} at {edit.pos} outside a text of {length}"
+                )
+            length -= edit.length
+        else:
+            raise ValueError(f"not an edit: {edit!r}")
+    if length > max_length:
+        raise ValueError(f"the text would be {length} code points, above {max_length}")
+    return length

@@ -11,7 +11,7 @@ from epto.transports.simulation import Cluster, SimulationObserver, TokenRingClu
 
 from epto import Config, Delivery, Event, ProcessId
 from epto.apps._ot import Delete, Insert
-from epto.apps.text import TextDocument, transform_position
+from epto.apps.text import MAX_PARTS, TextDocument, transform_position
 from epto.rsm import JsonCodec, Replica
 from epto.tokenring import TokenRingConfig
 
@@ -201,12 +201,125 @@ def test_an_author_whose_operation_is_too_long_drops_its_pending_edits_and_goes_
     a, b = docs
     a.local_edit((Insert(0, "hello"),))
     _deliver(docs, a.take_outgoing())
-    a.local_edit((Insert(5, " world"),))  # 11 characters: over the limit
-    a.local_edit((Insert(0, ">"),))  # built on it, pending behind it
+    with pytest.raises(ValueError, match="above 8"):
+        a.local_edit((Insert(5, " world"),))  # refused at once: 11 characters
+    assert a.view == "hello" and a.pending() == 0
+    # Within the limit at each author, over it together:
+    a.local_edit((Insert(5, "!!!"),))
+    b.local_edit((Insert(0, "abc"),))
+    b.local_edit((Delete(0, 1),))  # built on it, pending behind it
+    _deliver(docs, a.take_outgoing() + b.take_outgoing())
+    assert a.refused == b.refused == 1 and a.text == b.text == "hello!!!"
+    assert b.pending() == 0 and b.view == "hello!!!"
+    assert b.take_changes()[-1].op == ()  # the view is reset to the text
+    b.local_edit((Delete(0, 1),))
+    _deliver(docs, b.take_outgoing())
+    assert a.text == b.text == b.view == "ello!!!"
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        (Insert(10**8, "X"),),  # beyond the text: every replica refused it
+        (Insert(-1, "X"),),
+        (Delete(3, 10),),
+        (Delete(-1, 1),),
+        (Insert(0, "x" * 101),),  # above max_length
+        (Insert(0, "ab"), Insert(8, "c")),  # the second beyond the text after the first
+    ],
+)
+def test_an_edit_outside_the_view_is_refused_at_once_and_the_author_goes_on(
+    op: tuple[Insert | Delete, ...],
+) -> None:
+    # Before, the author's view took it (positions clamped) and every
+    # replica refused it at delivery: the author waited for ever for it.
+    docs = [TextDocument(p, max_length=100) for p in (1, 2)]
+    a, b = docs
+    a.local_edit((Insert(0, "hello"),))
     _deliver(docs, a.take_outgoing())
-    assert a.refused == b.refused == 1 and a.text == b.text == "hello"
-    assert a.pending() == 0 and a.view == "hello"
-    assert a.take_changes()[-1].op == ()  # the view is reset to the text
+    with pytest.raises(ValueError):
+        a.local_edit(op)
+    assert a.view == "hello" and a.pending() == 0 and a.take_outgoing() == []
     a.local_edit((Insert(5, "!"),))
     _deliver(docs, a.take_outgoing())
-    assert a.text == b.text == a.view == "hello!"
+    assert a.text == b.text == "hello!"
+
+
+def _command_size(args: tuple[object, ...]) -> int:
+    return len(CODEC.encode("edit", args))
+
+
+@pytest.mark.parametrize("text", ["x" * 2000, 'é"\n😀ab' * 700, "y" * 100_000])
+def test_an_edit_larger_than_a_payload_travels_in_parts_and_is_applied_once(text: str) -> None:
+    # A 2,000-character paste stopped an EpTO replica (payload above
+    # limits.max_payload_size=1024). The document sends it in parts that
+    # each fit, the others apply it whole at the place of its last part.
+    docs = [TextDocument(p, max_part_size=900) for p in (1, 2, 3)]
+    a, b = docs[:2]
+    a.local_edit((Insert(0, "[]"),))
+    _deliver(docs, a.take_outgoing())
+    a.local_edit((Insert(1, text),))
+    a.local_edit((Insert(0, ">"),))  # pending behind the operation in parts
+    parts = a.take_outgoing()
+    assert len(parts) > 1 and all(_command_size(p) <= 1000 for p in parts)
+    assert [p[4:] for p in parts] == [(i, len(parts)) for i in range(len(parts))]
+    # b edits concurrently; its operation is ordered between a's parts.
+    b.local_edit((Insert(2, "B"),))
+    half = len(parts) // 2
+    _deliver(docs, parts[:half] + b.take_outgoing() + parts[half:])
+    assert len({d.text for d in docs}) == 1 and a.view == ">[" + text + "]B"
+    if len(parts) < MAX_PARTS:
+        assert a.text == "[" + text + "]B"
+    # What did not fit in MAX_PARTS parts follows in the next operations.
+    while outgoing := a.take_outgoing():
+        _deliver(docs, outgoing)
+    assert {d.text for d in docs} | {a.view} == {">[" + text + "]B"}
+    assert a.pending() == 0 and a.refused == 0
+
+
+def test_a_part_out_of_place_drops_the_operation_alike_and_its_author_goes_on() -> None:
+    docs = [TextDocument(p, max_part_size=100) for p in (1, 2)]
+    a, b = docs
+    a.local_edit((Insert(0, "z" * 500),))
+    parts = a.take_outgoing()
+    assert len(parts) > 2
+    _deliver(docs, [parts[0], parts[2]])  # the second part lost
+    assert a.text == b.text == "" and a.refused == b.refused == 1
+    assert a.view == "" and a.pending() == 0  # its author shows the group's text
+    a.local_edit((Insert(0, "ok"),))
+    _deliver(docs, a.take_outgoing())
+    assert a.text == b.text == "ok"
+
+
+def test_a_snapshot_between_parts_holds_them() -> None:
+    docs = [TextDocument(p, max_part_size=100) for p in (1, 2)]
+    a, b = docs
+    a.local_edit((Insert(0, "w" * 300),))
+    parts = a.take_outgoing()
+    _deliver(docs, parts[:1])
+    late = TextDocument(3, max_part_size=100)
+    late.restore(b.snapshot())
+    _deliver([a, b, late], parts[1:])
+    assert a.text == b.text == late.text == "w" * 300
+
+
+def test_a_caret_sent_before_its_edits_arrive_is_moved_by_them_once() -> None:
+    # After typing "ab" at the start, the others drew the author's caret at
+    # 3 (its view's 2, moved again by "a" when it arrived).
+    a, b = _two("xyz")
+    a.local_edit((Insert(0, "a"),))
+    first = a.take_outgoing()  # "a" in the order, "b" pending behind it
+    a.local_edit((Insert(1, "b"),))
+    anchor = a.anchor(2)  # the caret after "ab", as a's presence says it
+    assert anchor == (1, 0)
+    assert b.locate(*anchor, author=1) == 0  # b has neither yet
+    b.local_edit((Insert(0, "Q"),))  # b types at the caret (pending)
+    assert b.locate(*anchor, author=1) == 0  # b's own edit leaves it on the left
+    _deliver([a, b], first)
+    assert b.view == "aQxyz" and b.locate(*anchor, author=1) == 1  # after "a", once
+    _deliver([a, b], a.take_outgoing() + b.take_outgoing())
+    assert a.text == b.text == "abQxyz" and b.locate(*anchor, author=1) == 2
+    # An anchor made now lands at the same place.
+    assert b.locate(*a.anchor(2), author=1) == b.locate(*anchor, author=1)
+    # Out of the history or ahead of this replica: clamped to the view.
+    assert b.locate(99, 1000, author=1) == len(b.view)
