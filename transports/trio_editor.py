@@ -557,8 +557,14 @@ class EditorServer:
     ) -> None:
         try:
             async for text in receive:
-                outbox.chars -= len(text)
-                await ws.send(text)
+                batch = [text]  # and whatever else waits: one write
+                while len(batch) < 256:
+                    try:
+                        batch.append(receive.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                outbox.chars -= sum(map(len, batch))
+                await ws.send_many(batch)
         except WebSocketClosed:
             pass
         outbox.scope.cancel()

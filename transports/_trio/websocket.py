@@ -120,6 +120,12 @@ class WebSocket:
             raise WebSocketClosed
         await self._write(self._encode(TextMessage(data=text)))
 
+    async def send_many(self, texts: list[str]) -> None:
+        """Several messages in one write."""
+        if self.closed:
+            raise WebSocketClosed
+        await self._write(b"".join(self._encode(TextMessage(data=t)) for t in texts))
+
     async def receive(self) -> str:
         """The next text message (binary ones are dropped); a message longer
         than :data:`MAX_MESSAGE` characters or a protocol violation closes the
@@ -132,8 +138,8 @@ class WebSocket:
             except ProtocolError as exc:
                 self.closed = True
                 raise WebSocketClosed from exc
-            if self._ready:
-                break
+            if self._ready or self.closed:
+                continue
             try:
                 data = await self._stream.receive_some(65536)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
@@ -166,8 +172,8 @@ class WebSocket:
                 # Also what wsproto reports for a malformed frame (code 1002, 1007, ...).
                 with contextlib.suppress(WebSocketClosed):
                     await self._write(self._encode(event.response()))
-                self.closed = True
-                raise WebSocketClosed
+                self.closed = True  # the messages before it are still received
+                return
             elif isinstance(event, BytesMessage):
                 pass
 
