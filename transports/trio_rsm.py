@@ -97,12 +97,14 @@ from ._trio.rsm_config import (
 )
 from ._trio.rsm_transfer import (
     MAX_CUTS,
+    GroupMismatchError,
     PeerState,
     TransferError,
     TransferServer,
     fetch_latest,
     fetch_snapshot,
     fetch_state,
+    group_id,
 )
 from .trio_node import open_node
 
@@ -133,6 +135,17 @@ class _Call:
 
 
 _UNSET: Final = object()
+
+
+@attrs.frozen
+class _Target:
+    """Whom a diverged EpTO replica fetches from, and what its state must
+    satisfy: ``"majority"`` (a majority of the replicas hold it),
+    ``"holds"`` (the provider's chain holds this replica's protected
+    prefix)."""
+
+    pid: ProcessId
+    rule: str
 
 
 class StateRefusedError(TransferError):
@@ -181,6 +194,24 @@ class ReplicatedNode:
         self.audits = 0
         self.contradictions = 0
         self._verdicts = AuditVerdicts()
+        self.resolutions = 0
+        self._protected: tuple[OrderKey, bytes] | None = None
+        """EpTO: the highest (cut, digest) of this replica's chain it shared
+        with a peer, either way (a peer's digest there equalled its own, and
+        both saw it): a peer may have counted it towards a majority, so this
+        replica never takes a state whose chain lacks it, unless a majority
+        of the replicas hold that state (docs/rsm.md, *A partition with no
+        majority*)."""
+        self._group = group_id([node.pid, *self._peers]) if self._peers and not self._ring else None
+        """EpTO: the replicas this one counts its majority over, named on
+        every ``state`` request: a peer given another set refuses it. (The
+        token ring's majority is its view's, not ``peers``: a joiner lists
+        the replicas running when it starts.)"""
+        self._mismatch: str | None = None
+        self._diverged = trio.Event()
+        """Set when the audits say this replica's prefix is not the group's
+        (EpTO): the resolution decides what to do."""
+        self._target: _Target | None = None
         self._heard: dict[ProcessId, float] = {}
         self._ready = trio.Event()
         self._wake = trio.Event()
@@ -212,6 +243,8 @@ class ReplicatedNode:
             wait=min(5.0, cfg.transfer_timeout),
             key=self._transfer_key,
             view=self._view,
+            matched=None if self._ring else self._matched,
+            group=self._group,
         )
         self._stack: AsyncExitStack | None = None
 
@@ -223,6 +256,10 @@ class ReplicatedNode:
             # Under this replica's own id, whatever the incarnation.
             durable.recover(self.replica, joining=self.config.joining is True)
         self._restarted = self.replica.cut is not None
+        if not self._ring and self.replica.cut is not None:
+            # What it shared before the restart is not known: all it holds
+            # is kept as shared (conservative; a majority may override).
+            self._protected = (self.replica.cut, self.replica.digest)
         ask = self.config.joining == "auto" and bool(self._peers)
         if ask or self._must_fetch or self._ring:
             self.replica.suspend()  # apply nothing until the state is known whole
@@ -252,6 +289,8 @@ class ReplicatedNode:
                 nursery.start_soon(self._peer_loop, pid, address)
             if self._peers and self.config.audit_interval < math.inf:
                 nursery.start_soon(self._audit_loop)
+            if self._peers and not self._ring:
+                nursery.start_soon(self._resolve_loop)
             self._stack = stack.pop_all()
         return self
 
@@ -275,7 +314,10 @@ class ReplicatedNode:
         :class:`ReplicaNotReadyError` if it is not within ``timeout`` seconds."""
         with trio.move_on_after(math.inf if timeout is None else timeout):
             while not self._ready.is_set():
-                await self._ready.wait()
+                if self._mismatch is not None:
+                    raise ConfigurationError(self._mismatch)
+                with trio.move_on_after(0.25):
+                    await self._ready.wait()
             return
         raise ReplicaNotReadyError(f"replica {self.node_config.pid} not ready within {timeout} s")
 
@@ -587,8 +629,11 @@ class ReplicatedNode:
         pid: ProcessId,
         cuts: Sequence[OrderKey | None],
         wait: float = 0.0,
+        digests: Sequence[bytes | None] | None = None,
     ) -> PeerState | None:
-        """One peer's state (None: unreachable within ``probe_timeout``)."""
+        """One peer's state (None: unreachable within ``probe_timeout``, or
+        counting its majority over another set of replicas). ``digests``:
+        this replica's own at ``cuts`` (the peer notes where they match)."""
         try:
             state = await fetch_state(
                 self._peers[pid],
@@ -596,20 +641,33 @@ class ReplicatedNode:
                 wait=wait,
                 timeout=self.config.probe_timeout + wait,
                 key=self._transfer_key,
+                digests=None if digests is None else list(digests),
+                group=self._group,
             )
+        except GroupMismatchError:
+            if self._mismatch is None:
+                self._mismatch = (
+                    f"replica {self.node_config.pid} counts its majority over replicas "
+                    f"{sorted([self.node_config.pid, *self._peers])} and replica {pid} over "
+                    "another set: give every replica the same peers (docs/rsm.md)"
+                )
+            return None
         except TransferError:
             return None
         self._heard[pid] = trio.current_time()
         return state
 
     async def _ask_all(
-        self, cuts: Sequence[OrderKey | None], wait: float = 0.0
+        self,
+        cuts: Sequence[OrderKey | None],
+        wait: float = 0.0,
+        digests: Sequence[bytes | None] | None = None,
     ) -> dict[ProcessId, PeerState | None]:
         """Every peer's state, asked in parallel."""
         answers: dict[ProcessId, PeerState | None] = {}
 
         async def one(pid: ProcessId) -> None:
-            answers[pid] = await self._ask(pid, cuts, wait)
+            answers[pid] = await self._ask(pid, cuts, wait, digests)
 
         async with trio.open_nursery() as nursery:
             for pid in self._peers:
@@ -621,12 +679,18 @@ class ReplicatedNode:
     async def _fetch(self) -> bool:
         """Fetch the state from a ready peer whose cut reaches what this
         replica buffered, the highest first; confirm its digest with the
-        other ready peers; restore."""
+        other ready peers; restore. EpTO, a replica whose audits found it on
+        another branch than the group's: first from the peer the resolution
+        chose (:meth:`_decide`), and when no peer's state is acceptable,
+        decide again (keep its own branch, or take the chosen one)."""
+        need = self.replica.needed()
+        target, self._target = self._target, None
+        if target is not None and await self._fetch_from(target.pid, need, target.rule):
+            return True
         answers = await self._ask_all(())
         views = [s.view for s in answers.values() if s is not None and s.ready]
         if views and self._view() < max(views):
             return False  # token ring: not in the group's view yet
-        need = self.replica.needed()
         ready = [(s.cut, pid) for pid, s in answers.items() if s is not None and s.ready]
         ready.sort(key=lambda c: (c[0] is not None, c[0] or (0, 0, 0), -c[1]), reverse=True)
         candidates = [
@@ -635,30 +699,80 @@ class ReplicatedNode:
         if not candidates:
             # No ready peer there yet: the one furthest on waits for the cut.
             candidates = ready[:1]
-        cfg = self.config
         for _, pid in candidates:
-            try:
-                snapshot = await fetch_snapshot(
-                    self._peers[pid],
-                    need,
-                    timeout=cfg.transfer_timeout,
-                    max_bytes=cfg.max_snapshot_bytes,
-                    key=self._transfer_key,
-                )
-                if not await self._confirmed(snapshot, pid):
-                    self.transfer_failures += 1
-                    continue
-                await self._restore(snapshot)
-            except StateRefusedError:
-                self.transfer_failures += 1
-                self.states_refused += 1
-                continue
-            except (TransferError, ValueError):
-                self.transfer_failures += 1
-                continue
-            self.transfers += 1
-            return True
+            if await self._fetch_from(pid, need, "any"):
+                return True
+        replica = self.replica
+        if (
+            not self._ring
+            and self._protected is not None
+            and replica.cut is not None
+            and not replica.overflowed
+        ):
+            decision = await self._decide(ready=False)
+            if decision is None:
+                # Its own branch is the one to keep (the lowest id holding
+                # its protected prefix, and no majority elsewhere).
+                if self._resume():
+                    self._must_fetch = False
+                    return True
+                return False
+            return await self._fetch_from(decision.pid, need, decision.rule)
         return False
+
+    async def _fetch_from(self, pid: ProcessId, need: OrderKey | None, rule: str) -> bool:
+        """Fetch, check (:meth:`_acceptable`) and restore ``pid``'s state."""
+        protected = self._protected
+        if rule == "holds" and protected is not None and (need is None or need < protected[0]):
+            need = protected[0]
+        cfg = self.config
+        try:
+            snapshot = await fetch_snapshot(
+                self._peers[pid],
+                need,
+                timeout=cfg.transfer_timeout,
+                max_bytes=cfg.max_snapshot_bytes,
+                key=self._transfer_key,
+            )
+            if not await self._acceptable(snapshot, pid, rule):
+                self.transfer_failures += 1
+                return False
+            await self._restore(snapshot)
+        except StateRefusedError:
+            self.transfer_failures += 1
+            self.states_refused += 1
+            return False
+        except (TransferError, ValueError):
+            self.transfer_failures += 1
+            return False
+        self.transfers += 1
+        return True
+
+    async def _acceptable(self, snapshot: Snapshot, provider: ProcessId, rule: str) -> bool:
+        """Whether to restore ``snapshot`` from ``provider``. Without a
+        protected prefix (a joiner, the token ring): the other ready replicas
+        confirm its digest (:meth:`_confirmations`). EpTO with one: a state whose
+        chain holds this replica's protected prefix (the provider says so
+        for both cuts) and that the others confirm, or one a majority of the
+        replicas hold (the provider and the peers confirming its digest);
+        ``rule`` asks for one of the two alone."""
+        protected = self._protected
+        if self._ring or protected is None:
+            confirm, contradict, ready = await self._confirmations(snapshot, provider)
+            return not ready or (confirm >= 1 and contradict < confirm)
+        holds = False
+        if rule != "majority" and snapshot.cut is not None and snapshot.cut >= protected[0]:
+            cuts = [snapshot.cut, protected[0]]
+            state = await self._ask(provider, cuts, 1.0, [snapshot.digest, protected[1]])
+            holds = (
+                state is not None and state.ready and state.at == (snapshot.digest, protected[1])
+            )
+        if rule == "holds":
+            return holds
+        confirm, contradict, ready = await self._confirmations(snapshot, provider)
+        if 1 + confirm >= self._commits.majority:
+            return True
+        return rule == "any" and holds and (not ready or (confirm >= 1 and contradict < confirm))
 
     async def _restore(self, snapshot: Snapshot) -> None:
         async with self._applying:
@@ -671,6 +785,9 @@ class ReplicatedNode:
             await trio.to_thread.run_sync(self._restore_machine, snapshot.state)
             restored = self.replica.restore(snapshot, state_restored=True)
             self._fetched_cut = snapshot.cut
+            if not self._ring and snapshot.cut is not None:
+                # The provider holds it (and, past a majority rule, others).
+                self._protected = (snapshot.cut, snapshot.digest)
             self._commits.reset()
             self._verdicts = AuditVerdicts()
             self._complete(restored)
@@ -708,12 +825,11 @@ class ReplicatedNode:
                 f"the state machine could not restore the state: {type(exc).__name__}: {exc}"[:200]
             ) from None
 
-    async def _confirmed(self, snapshot: Snapshot, provider: ProcessId) -> bool:
-        """Whether the other ready replicas confirm ``snapshot``'s digest at
-        its cut: at least one confirms and fewer contradict it than confirm
-        it; with no other ready replica to ask, the provider's word is taken."""
+    async def _confirmations(self, snapshot: Snapshot, provider: ProcessId) -> tuple[int, int, int]:
+        """How many other ready replicas confirm ``snapshot``'s digest at its
+        cut, how many contradict it, and how many are ready."""
         if snapshot.cut is None:
-            return True
+            return 0, 0, 0
         confirm = contradict = ready = 0
 
         async def one(pid: ProcessId) -> None:
@@ -733,33 +849,139 @@ class ReplicatedNode:
             for pid in self._peers:
                 if pid != provider:
                     nursery.start_soon(one, pid)
+        return confirm, contradict, ready
+
+    # -- a partition with no majority (EpTO) ------------------------------------------
+
+    def _matched(self, cut: OrderKey, digest: bytes) -> None:
+        """This replica and a peer both saw that their digests at ``cut``
+        (on this replica's chain) are equal: keep it (:attr:`_protected`)."""
+        protected = self._protected
+        if protected is None or cut > protected[0]:
+            self._protected = (cut, digest)
+
+    async def _resolve_loop(self) -> None:
+        """When the audits say this replica's prefix is not the group's,
+        decide (:meth:`_decide`) and fetch from the chosen replica; at most
+        once a second."""
+        while True:
+            await self._diverged.wait()
+            self._diverged = trio.Event()
+            if self._ready.is_set():
+                target = await self._decide(ready=True)
+                if target is not None and self._ready.is_set():
+                    self.resolutions += 1
+                    self._target = target
+                    self.replica.resync()
+                    self._must_fetch = True
+                    self._lose_ready()
+            await trio.sleep(1.0)
+
+    async def _decide(self, *, ready: bool) -> _Target | None:
+        """Which branch this replica keeps (None: its own) when its audits
+        find that its prefix differs from peers' (docs/rsm.md, *A partition
+        with no majority*), computed alike by every replica:
+
+        1. its own, when a majority of the replicas (itself included) hold
+           its chain;
+        2. else the chain a majority of the replicas hold, if one does (the
+           furthest peer's, confirmed by enough others);
+        3. else the chain of the lowest-id ready replica (itself included)
+           whose chain holds this replica's protected prefix.
+
+        Not ready (it stopped applying), a ready peer ahead on its own chain
+        comes first: it fetches what it lacks."""
+        replica = self.replica
+        cut, digest = replica.cut, replica.digest
+        if cut is None:
+            return None
+        protected = self._protected
+        cuts: list[OrderKey | None] = [cut]
+        digests: list[bytes | None] = [digest]
+        if protected is not None:
+            cuts.append(protected[0])
+            digests.append(protected[1])
+        answers = await self._ask_all(cuts, 0.5, digests)
+        peers = {p: s for p, s in answers.items() if s is not None and s.ready}
+
+        def on_my_chain(state: PeerState) -> bool:
+            if state.at and state.at[0] is not None:
+                return state.at[0] == digest
+            if state.cut is not None and state.digest is not None:  # behind
+                return replica.digest_at(state.cut) == state.digest
+            return False
+
+        same = {p for p, s in peers.items() if on_my_chain(s)}
         if not ready:
-            return True
-        return confirm >= 1 and contradict < confirm
+            ahead = [(s.cut, p) for p, s in peers.items() if p in same and s.cut and s.cut > cut]
+            if ahead:
+                return _Target(max(ahead)[1], "holds")
+        majority = self._commits.majority
+        if 1 + len(same) >= majority:
+            return None
+        others = {p: s for p, s in peers.items() if p not in same and s.cut and s.digest}
+        if len(others) >= majority:
+            best = max(others, key=lambda p: (others[p].cut, -p))
+            at, theirs = others[best].cut, others[best].digest
+            agree = 0
+
+            async def one(pid: ProcessId) -> None:
+                nonlocal agree
+                state = await self._ask(pid, [at], wait=1.0)
+                if state is not None and state.ready and state.at == (theirs,):
+                    agree += 1
+
+            async with trio.open_nursery() as nursery:
+                for pid in others:
+                    if pid != best:
+                        nursery.start_soon(one, pid)
+            if 1 + agree >= majority:
+                return _Target(best, "majority")
+        holders = {
+            p
+            for p, s in peers.items()
+            if protected is None or (len(s.at) > 1 and s.at[1] == protected[1])
+        }
+        winner = min({self.node_config.pid} | holders)
+        if winner == self.node_config.pid or winner in same:
+            return None
+        return _Target(winner, "holds")
 
     # -- confirmations and audits -------------------------------------------------------
 
     async def _peer_loop(self, pid: ProcessId, address: Address) -> None:
         """Ask one peer for its state: at once while calls wait for their
-        majority (its digest at this replica's cut, and at orphans' cuts),
-        else every third of ``quorum_timeout`` (for ``status().quorum``)."""
+        majority (its digest at this replica's cut, and at orphans' cuts,
+        this replica's own digests sent along), else every third of
+        ``quorum_timeout`` (for ``status().quorum``). A peer found behind on
+        this chain is asked next at its own cut, where it can confirm."""
         idle = self.config.quorum_timeout / 3
         failures = 0
+        behind: OrderKey | None = None
         while True:
-            if not len(self._commits):
+            if not len(self._commits) and behind is None:
                 with trio.move_on_after(idle):
                     await self._work.wait()
             waiting = bool(len(self._commits))
             cut = self.replica.cut
             orphans = self._commits.orphans(self.replica, MAX_CUTS - 1) if waiting else []
-            if waiting and not orphans and cut is not None and self._commits.upto(pid) == cut:
+            if (
+                waiting
+                and behind is None
+                and not orphans
+                and cut is not None
+                and self._commits.upto(pid) == cut
+            ):
                 # It holds all this replica has: ask again once the cut moves.
                 moved = self._moved
                 with trio.move_on_after(idle):
                     await moved.wait()
                 continue
-            asked: list[OrderKey | None] = [cut, *orphans]
-            state = await self._ask(pid, asked, wait=0.5 if waiting else 0.0)
+            first = cut if behind is None else behind
+            behind = None
+            asked: list[OrderKey | None] = [first, *orphans]
+            digests = [self.replica.digest_at(first), *map(self._commits.digest_of, orphans)]
+            state = await self._ask(pid, asked, 0.5 if waiting else 0.0, digests)
             if state is None:
                 failures += 1
                 await trio.sleep(min(0.5, 0.01 * 2**failures))
@@ -768,6 +990,17 @@ class ReplicatedNode:
             if not state.ready or not self._ready.is_set() or self.replica.cut is None:
                 await trio.sleep(0.05)
                 continue
+            mine = self.replica.digest_at(first)
+            if first is not None and mine is not None and state.at and state.at[0] == mine:
+                if not self._ring:
+                    self._matched(first, mine)
+            elif (
+                state.cut is not None
+                and first is not None
+                and state.cut < first
+                and self.replica.digest_at(state.cut) == state.digest
+            ):
+                behind = state.cut
             verdict = self._commits.record(
                 pid, self.replica, asked, state.cut, state.digest, state.at
             )
@@ -781,6 +1014,9 @@ class ReplicatedNode:
         self.audits += 1
         self.contradictions += not matches
         if self._verdicts.record(address, matches):
+            if not self._ring:
+                self._diverged.set()  # the resolution decides (_decide)
+                return
             self.replica.resync()
             self._must_fetch = True
             self._lose_ready()
@@ -846,6 +1082,7 @@ class ReplicatedNode:
             transfers=self.transfers,
             transfer_failures=self.transfer_failures,
             states_refused=self.states_refused,
+            resolutions=self.resolutions,
             audits=self.audits,
             contradictions=self.contradictions,
             confirmed=self._commits.confirmed(replica) if self._majority else None,

@@ -9,10 +9,14 @@ Rules:
   while its own chain still has ``D`` at ``K`` (a fetched state may have
   replaced the prefix it applied the command in).
 * Per peer, the highest cut of this replica's current chain the peer
-  confirmed: the peer's digest at this replica's cut equals this replica's,
-  or the peer is behind and this replica's digest at the peer's latest cut
-  equals the peer's. The digest chains the whole prefix, so a peer that
-  confirmed cut ``C`` confirms every command at or below ``C`` on this chain.
+  confirmed: the peer's digest at a cut this replica asked about (sending its
+  own digest there) equals this replica's. The peer saw the match too and
+  keeps that prefix for good (docs/rsm.md, *A partition with no majority*);
+  a peer that is behind, whose latest digest matches this replica's there,
+  is a verdict for the audits but no confirmation (it did not see the
+  match): it is asked again at a cut it holds. The digest chains the whole
+  prefix, so a peer that confirmed cut ``C`` confirms every command at or
+  below ``C`` on this chain.
 * A command whose prefix is no longer this replica's chain (an *orphan*,
   after a fetched state replaced it) is confirmed peer by peer with its own
   ``(K, D)``; it is released only if a majority of the peers still confirm it.
@@ -100,11 +104,11 @@ class CommitTracker:
                 if verdict:
                     self._confirm(peer, asked[0])
         if verdict is None and cut is not None and digest is not None:
+            # Behind us: a verdict, not a confirmation (the peer did not see
+            # the match, so it did not promise to keep that prefix).
             mine = replica.digest_at(cut)
             if mine is not None:
                 verdict = mine == digest
-                if verdict:
-                    self._confirm(peer, cut)
         by_key: dict[OrderKey, bytes | None] = {}
         for key, theirs in zip(asked[1:], at[1:], strict=False):
             if key is not None:
@@ -114,6 +118,13 @@ class CommitTracker:
                 if w.key in by_key and by_key[w.key] == w.digest:
                     w.confirmers.add(peer)
         return verdict
+
+    def digest_of(self, key: OrderKey) -> bytes | None:
+        """The digest a waiting command was applied with at ``key``."""
+        for w in self._waiting.values():
+            if w.key == key:
+                return w.digest
+        return None
 
     def upto(self, peer: Hashable) -> OrderKey | None:
         """The highest cut of this chain ``peer`` confirmed (None: none)."""

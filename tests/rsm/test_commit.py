@@ -51,9 +51,14 @@ def test_a_command_is_released_once_a_majority_holds_its_prefix() -> None:
     # A peer at our cut with our digest there confirms it ...
     assert tracker.record("a", mine, [key], peer.cut, peer.digest, [peer.digest_at(key)]) is True
     assert tracker.released(mine) == []
-    # ... and one behind confirms only up to its own cut.
+    # ... and one behind is a verdict, not a confirmation: it did not see the
+    # match, so it made no promise to keep that prefix. Asked at the cut it
+    # holds (our digest sent), it confirms up to there.
     behind = _replica(3)
     assert tracker.record("b", mine, [key], behind.cut, behind.digest, [None]) is True
+    assert tracker.confirmed(mine) is None
+    at = [behind.digest]
+    assert tracker.record("b", mine, [behind.cut], behind.cut, behind.digest, at) is True
     assert tracker.released(mine) == [] and tracker.confirmed(mine) == behind.cut
     assert tracker.record("c", mine, [key], peer.cut, peer.digest, [peer.digest]) is True
     assert tracker.released(mine) == [(1, 5)] and len(tracker) == 0

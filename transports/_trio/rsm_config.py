@@ -151,6 +151,10 @@ class ReplicaStatus:
     contradictions: int
     """Audits a peer's digest contradicted."""
     transfer_failures: int
+    resolutions: int = 0
+    """EpTO: times this replica's audits found its prefix on a branch that no
+    majority holds and it took the branch the resolution chose (docs/rsm.md,
+    *A partition with no majority*)."""
     states_refused: int = 0
     """States served by a peer that the state machine's ``restore`` raised on
     (``{}``, garbage, wrong types): refused like a corrupt state (counted in

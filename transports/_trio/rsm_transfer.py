@@ -12,15 +12,23 @@ state follows its header as raw bytes, in chunks. Requests:
   (null: that cut left its history).
 * ``{"op": "latest"}``: ``{"cut": KEY | null, "digest": HEX}``, at once (an
   audit).
-* ``{"op": "state", "cuts": [KEY | null, ...], "wait": SECONDS}`` (at most
-  :data:`MAX_CUTS` cuts, ``wait`` at most :data:`MAX_STATE_WAIT`): the server
-  waits at most ``wait`` seconds until its cut reaches the first of ``cuts``,
-  then answers ``{"ready": BOOL, "cut": KEY | null, "digest": HEX | null,
-  "at": [HEX | null, ...], "view": INT}``: whether it is ready, its latest
-  cut and digest, its digest at each of ``cuts`` (null: not one of its recent
-  cuts) and the view its node is in (token ring; optional). The
+* ``{"op": "state", "cuts": [KEY | null, ...], "wait": SECONDS, "digests":
+  [HEX | null, ...], "group": HEX}`` (at most :data:`MAX_CUTS` cuts, ``wait``
+  at most :data:`MAX_STATE_WAIT`; ``digests`` and ``group`` optional): the
+  server waits at most ``wait`` seconds until its cut reaches the first of
+  ``cuts``, then answers ``{"ready": BOOL, "cut": KEY | null, "digest": HEX |
+  null, "at": [HEX | null, ...], "view": INT}``: whether it is ready, its
+  latest cut and digest, its digest at each of ``cuts`` (null: not one of its
+  recent cuts) and the view its node is in (token ring; optional). The
   confirmations of a call's cut (docs/rsm.md, *Acknowledgement*), the start
-  of a restarted replica and the choice of a provider all ask this.
+  of a restarted replica, the choice of a provider and the resolution of a
+  divergence all ask this. ``digests`` are the asker's own digests at
+  ``cuts``: where the server's equals the asker's, the server notes that it
+  shared that prefix with a peer (``matched``: the asker may count it
+  towards a majority, so the server must never drop it). ``group`` names the
+  set of replica ids the asker counts its majority over (:func:`group_id`);
+  a server with a ``group`` of its own refuses a request naming another one
+  (``{"error": "group mismatch ..."}``, counted as ``group-mismatch``).
 
 A replica that is not ready answers every request at once, never holding
 the connection: ``{"error": "not ready"}`` to ``snapshot`` and ``latest``,
@@ -52,7 +60,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -106,6 +114,25 @@ def _cuts(value: Any) -> list[OrderKey | None]:
     return [_key(v) for v in value]
 
 
+def _digests(value: Any, count: int) -> list[bytes | None]:
+    if value is None:
+        return [None] * count
+    if not isinstance(value, list) or len(value) != count:
+        raise TransferError(f"not {count} digests")
+    return [_digest(v) for v in value]
+
+
+def group_id(pids: Iterable[int]) -> str:
+    """The name of a set of replica ids (16 bytes of BLAKE2b, hex): replicas
+    given different ``peers`` count their majorities over different sets."""
+    text = ",".join(str(p) for p in sorted(set(pids)))
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+class GroupMismatchError(Exception):
+    """A peer counts its majority over another set of replicas."""
+
+
 def _wait(value: Any) -> float:
     if value is None:
         return 0.0
@@ -132,6 +159,8 @@ def decode_state(answer: dict[str, Any], asked: int) -> PeerState:
     """The :class:`PeerState` in a server's answer to a ``state`` request
     about ``asked`` cuts; :class:`TransferError` for anything else."""
     if "error" in answer:
+        if str(answer["error"]).startswith("group mismatch"):
+            raise GroupMismatchError(str(answer["error"])[:200])
         raise TransferError(f"the peer answered an error: {answer['error']!r}"[:200])
     ready = answer.get("ready")
     at = answer.get("at")
@@ -210,8 +239,12 @@ class TransferServer:
         key: TransferKey | None = None,
         request_timeout: float = 10.0,
         view: Callable[[], int] | None = None,
+        matched: Callable[[OrderKey, bytes], None] | None = None,
+        group: str | None = None,
     ) -> None:
         self._snapshot = snapshot
+        self._matched = matched
+        self._group = group
         self._view = view
         self._ready = ready
         self._cut = cut
@@ -259,7 +292,16 @@ class TransferServer:
                         await self._serve_latest(channel)
                     elif op == "state":
                         cuts = _cuts(request.get("cuts"))
-                        await self._serve_state(channel, cuts, _wait(request.get("wait")))
+                        theirs = _digests(request.get("digests"), len(cuts))
+                        group = request.get("group")
+                        if group is not None and self._group is not None and group != self._group:
+                            self._refuse("group-mismatch")
+                            await _send(
+                                channel,
+                                {"error": "group mismatch: the replicas' peers lists differ"},
+                            )
+                            return
+                        await self._serve_state(channel, cuts, _wait(request.get("wait")), theirs)
                     else:
                         self._refuse("bad-request")
             except ChannelError as exc:
@@ -316,7 +358,11 @@ class TransferServer:
         await _send(stream, {"digest": None if digest is None else digest.hex()})
 
     async def _serve_state(
-        self, stream: trio.abc.Stream, cuts: list[OrderKey | None], wait: float
+        self,
+        stream: trio.abc.Stream,
+        cuts: list[OrderKey | None],
+        wait: float,
+        theirs: list[bytes | None],
     ) -> None:
         if cuts and wait > 0:
             await self._reached(cuts[0], wait)
@@ -324,6 +370,12 @@ class TransferServer:
         cut = self._cut()
         digest = self._digest_at(cut)
         at = [self._digest_at(c) if ready else None for c in cuts]
+        if self._matched is not None:
+            # Noted before answering, in the same step as the digests read:
+            # the asker can count no match the server did not note.
+            for c, mine, other in zip(cuts, at, theirs, strict=True):
+                if c is not None and mine is not None and mine == other:
+                    self._matched(c, mine)
         answer: dict[str, Any] = {
             "ready": ready,
             "cut": None if cut is None else list(cut),
@@ -436,23 +488,32 @@ async def fetch_state(
     wait: float = 0.0,
     timeout: float,
     key: TransferKey | None = None,
+    digests: list[bytes | None] | None = None,
+    group: str | None = None,
 ) -> PeerState:
     """Whether the replica at ``address`` is ready, its latest cut and
     digest, and its digests at ``cuts`` (at most :data:`MAX_CUTS`), once its
-    cut reaches the first of them or ``wait`` seconds passed."""
+    cut reaches the first of them or ``wait`` seconds passed. ``digests``:
+    the asker's own at ``cuts`` (the server notes where they match);
+    ``group``: :func:`group_id` of the asker's replicas
+    (:class:`GroupMismatchError` if the server's differs)."""
     if len(cuts) > MAX_CUTS:
         raise ValueError(f"at most {MAX_CUTS} cuts per request")
     try:
         with trio.fail_after(timeout):
             async with _connect(address, key) as stream:
-                await _send(
-                    stream,
-                    {
-                        "op": "state",
-                        "cuts": [None if c is None else list(c) for c in cuts],
-                        "wait": min(wait, MAX_STATE_WAIT),
-                    },
-                )
+                request: dict[str, Any] = {
+                    "op": "state",
+                    "cuts": [None if c is None else list(c) for c in cuts],
+                    "wait": min(wait, MAX_STATE_WAIT),
+                }
+                if digests is not None:
+                    if len(digests) != len(cuts):
+                        raise ValueError("one digest per cut")
+                    request["digests"] = [None if d is None else d.hex() for d in digests]
+                if group is not None:
+                    request["group"] = group
+                await _send(stream, request)
                 return decode_state(await _Reader(stream).message(MAX_REQUEST), len(cuts))
     except _BROKEN as exc:
         raise TransferError(f"{address}: {type(exc).__name__}: {exc}"[:200]) from None
