@@ -5,7 +5,10 @@ exact overlap gets an atom, atoms are placed on member nodes and linked into a
 polytree, and each group's messages follow one directed path through the atoms
 that number them. The guarantee is **pairwise total order**: any two processes
 that both deliver two messages deliver them in the same order (not one global
-order). See docs/atoms.md.
+order). The graph changes at run time in epochs: the coordinator's change
+(groups added and removed, a crashed host replaced) is installed at every
+node, and every message of one epoch is delivered before any of the next.
+See docs/atoms.md.
 """
 
 from ._check import check_graph as check_graph

@@ -12,13 +12,17 @@ Rules:
   receiver's first-frame limit); address frames received fill the
   directory;
 * flushed: every publication of this node has come back to it delivered
-  (a node publishes only to its own groups), so every atom has numbered it.
+  (a node publishes only to its own groups), so every atom has numbered it,
+  or was lost with a crashed host (counted in the process's ``lost``);
+* the graph changes at run time only through the coordinator's
+  :meth:`AtomsEndpoint.reconfigure` (docs/atoms.md, "Groups that change at
+  run time").
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 import attrs
 
@@ -56,7 +60,9 @@ class AtomsEndpoint:
     ``default_group`` (by default the node's group, when it has exactly
     one); :meth:`publish` names the group. ``frame_group`` is the id every
     frame carries (frames of other ids are refused); ``wall`` (wall-clock
-    seconds) starts the sealer's nonce counter.
+    seconds) starts the sealer's nonce counter. ``nodes`` and
+    ``coordinator`` are :class:`epto.atoms.AtomsProcess`'s (by default the
+    nodes of ``addresses`` and the smallest of them).
     """
 
     def __init__(
@@ -73,10 +79,18 @@ class AtomsEndpoint:
         default_group: int | None = None,
         rng: random.Random,
         max_pending: int = 100_000,
+        nodes: Collection[ProcessId] | None = None,
+        coordinator: ProcessId | None = None,
     ) -> None:
         self._pid = pid
         self.limits = limits
-        self._process = AtomsProcess(pid, graph, max_pending=max_pending)
+        self._process = AtomsProcess(
+            pid,
+            graph,
+            max_pending=max_pending,
+            nodes=addresses.keys() if nodes is None else nodes,
+            coordinator=coordinator,
+        )
         mine = sorted(self._process.groups)
         if default_group is None and len(mine) == 1:
             default_group = mine[0]
@@ -96,7 +110,6 @@ class AtomsEndpoint:
         self._directory = Directory(pid, dict(addresses))
         self._directory.advertised = addresses.get(pid, "")
         self._framing = StreamFraming(pid, codec, self._directory)
-        self._own_pending: set[EventId] = set()
 
     @property
     def pid(self) -> ProcessId:
@@ -133,9 +146,24 @@ class AtomsEndpoint:
     def publish(self, group: int, payload: bytes, now: float) -> EventId:
         """Send ``payload`` to the members of ``group``, in the pairwise order."""
         check_payload(self.limits, payload)
-        eid = self._process.publish(group, payload)
-        self._own_pending.add(eid)
-        return eid
+        return self._process.publish(group, payload)
+
+    def reconfigure(
+        self,
+        now: float,
+        *,
+        remove: Iterable[int] = (),
+        add: Mapping[int, Iterable[ProcessId]] | None = None,
+    ) -> int:
+        """At the coordinator: the next graph version, installed here and sent
+        to every node (:meth:`epto.atoms.AtomsProcess.reconfigure`); returns
+        its epoch."""
+        return self._process.reconfigure(remove=remove, add=add)
+
+    def replace_crashed(self, crashed: ProcessId, now: float) -> int:
+        """At the coordinator: ``crashed`` is down for good; its atoms move to
+        the node the process chooses (:meth:`epto.atoms.AtomsProcess.replace_crashed`)."""
+        return self._process.replace_crashed(crashed)
 
     def receive(self, data: bytes, now: float, *, peer_host: str | None = None) -> bool:
         return self._framing.receive(data, now, peer_host, self._process.receive)
@@ -167,13 +195,10 @@ class AtomsEndpoint:
         return []
 
     def next_delivery(self) -> Delivery | None:
-        delivery = self._process.next_delivery()
-        if delivery is not None and delivery.event.source == self._pid:
-            self._own_pending.discard(delivery.event.id)
-        return delivery
+        return self._process.next_delivery()
 
     def flushed(self) -> bool:
-        return not self._own_pending
+        return self._process.outstanding() == 0
 
     def statistics(self) -> AtomsEndpointStatistics:
         s = self._process.statistics()

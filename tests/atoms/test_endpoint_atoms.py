@@ -92,15 +92,15 @@ def test_well_formed_hostile_messages_are_refused_and_counted() -> None:
     outsider = 4  # in group 1 only
     hostile = [
         # to a node that is not the ingress of group 0
-        (outsider, member if graph.ingress(0) != member else 2, Publish(0, 0, b"x")),
+        (outsider, member if graph.ingress(0) != member else 2, Publish(0, 0, 0, b"x")),
         # a publication for a group that does not exist
-        (member, graph.ingress(0), Publish(99, 0, b"x")),
+        (member, graph.ingress(0), Publish(99, 0, 0, b"x")),
         # a non-member publishing to group 0 at its ingress
-        (outsider, graph.ingress(0), Publish(0, 0, b"x")),
+        (outsider, graph.ingress(0), Publish(0, 0, 0, b"x")),
         # a final message from a node that is not the last atom's host
-        (outsider, member, Sequenced(0, 0, member, 0, len(route), (), b"x")),
+        (outsider, member, Sequenced(0, 0, 0, member, 0, len(route), (), b"x")),
         # a hop beyond the route
-        (member, member, Sequenced(0, 0, member, 0, len(route) + 5, (), b"x")),
+        (member, member, Sequenced(0, 0, 0, member, 0, len(route) + 5, (), b"x")),
     ]
     total = 0
     for sender, receiver, message in hostile:
