@@ -346,6 +346,18 @@ def test_epto_cut_off_replica_acknowledges_nothing(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_epto_replicas_agree_again_after_a_three_way_partition(tmp_path: Path) -> None:
+    """docs/rsm.md, *A partition with no majority*: each of three replicas
+    cut off from both others delivers its own commands (acknowledging none);
+    after the heal they follow one branch (the lowest id's, the protected
+    prefix of every replica being the one they shared before the split), end
+    on one cut and digest, and serve again."""
+    report = _run(tmp_path, "epto", ("partition-majority",), seed=5)
+    assert sorted(report.faults[0].note.split(" | ")) == ["1", "2", "3"]
+    _assert_safe_and_live(report)
+
+
+@pytest.mark.slow
 def test_token_ring_two_of_three_killed_at_once_wait_and_lose_nothing(tmp_path: Path) -> None:
     """A majority restarted at once is not admitted back automatically
     (docs/token-ring.md, *A majority restarted at once*: no safe automatic
