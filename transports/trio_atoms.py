@@ -12,15 +12,21 @@ assumes).
             print(delivery.event.source, delivery.event.payload)
 
 Every node builds the same graph from the same membership, and every node
-of the graph must run (atoms are hosted on members); the membership is
-fixed for the life of the nodes (docs/atoms.md).
+of ``addresses`` must run. The groups change while the nodes run through
+the coordinator (by default the smallest node of ``addresses``)::
+
+    coordinator.add_group(7, {1, 3, 5})    # a new epoch, installed everywhere
+    coordinator.remove_group(0)
+    coordinator.replace_crashed(4)         # node 4 is down: its atoms move
+
+(docs/atoms.md, "Groups that change at run time").
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 import attrs
 
@@ -36,8 +42,10 @@ __all__ = ["AtomsNode"]
 class AtomsNode(TcpNode[AtomsEndpoint]):
     """One node of a sequencing-atoms deployment on TCP; an async context manager.
 
-    ``addresses`` maps every node of the graph to ``"host:port"``; this node
-    listens on its own entry unless ``tcp`` says otherwise.
+    ``addresses`` maps every node of the deployment to ``"host:port"``; this
+    node listens on its own entry unless ``tcp`` says otherwise. ``nodes``
+    (by default those of ``addresses``) and ``coordinator`` are
+    :class:`epto.atoms.AtomsProcess`'s and must be the same at every node.
     """
 
     mode = "atoms"
@@ -52,6 +60,8 @@ class AtomsNode(TcpNode[AtomsEndpoint]):
         frame_group: int = 0,
         group_key: GroupKey | None = None,
         seed: int | None = None,
+        nodes: Collection[ProcessId] | None = None,
+        coordinator: ProcessId | None = None,
     ) -> None:
         if pid not in addresses:
             raise LocalProtocolError(f"addresses has no entry for this node ({pid})")
@@ -70,6 +80,8 @@ class AtomsNode(TcpNode[AtomsEndpoint]):
                 frame_group=frame_group,
                 group_key=group_key,
                 rng=random.Random(seed),
+                nodes=nodes,
+                coordinator=coordinator,
             )
 
         super().__init__(config, make_endpoint)
@@ -84,3 +96,41 @@ class AtomsNode(TcpNode[AtomsEndpoint]):
         eid = endpoint.publish(group, payload, self._now())
         self._poke()
         return eid
+
+    def reconfigure(
+        self, *, remove: Iterable[int] = (), add: Mapping[int, Iterable[ProcessId]] | None = None
+    ) -> int:
+        """At the coordinator: a new epoch without the groups of ``remove``
+        and with those of ``add``, installed at every node; returns the epoch."""
+        endpoint = self._running()
+        epoch = endpoint.reconfigure(self._now(), remove=remove, add=add)
+        self._poke()
+        return epoch
+
+    def add_group(self, group: int, members: Iterable[ProcessId]) -> int:
+        """At the coordinator: a new epoch with ``group`` added."""
+        return self.reconfigure(add={group: members})
+
+    def remove_group(self, group: int) -> int:
+        """At the coordinator: a new epoch without ``group``."""
+        return self.reconfigure(remove=[group])
+
+    def replace_crashed(self, crashed: ProcessId) -> int:
+        """At the coordinator: ``crashed`` is down for good; its atoms move to
+        another node in a new epoch (:meth:`epto.atoms.AtomsProcess.replace_crashed`)."""
+        endpoint = self._running()
+        epoch = endpoint.replace_crashed(crashed, self._now())
+        self._poke()
+        return epoch
+
+    @property
+    def epoch(self) -> int:
+        """The latest graph version installed at this node."""
+        return self._running().process.epoch
+
+    def _running(self) -> AtomsEndpoint:
+        if self._state != "running":
+            raise LocalProtocolError(f"the node is {self._state}")
+        endpoint = self.endpoint
+        assert isinstance(endpoint, AtomsEndpoint)
+        return endpoint
