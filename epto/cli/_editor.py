@@ -5,7 +5,12 @@
         --presence 127.0.0.1:9201 --peer-presence 2=127.0.0.1:9202 --http 127.0.0.1:8001
 
 prints ``ready ID URL`` on standard error once the page is served (open the
-URL), then runs until Ctrl-C or ``--duration``. ``--bot N`` types N random
+URL: it carries the token a page must present, ``?token=...``), then runs
+until Ctrl-C or ``--duration``. A replica excluded from the group, or
+superseded by another start of its id, says so in one line (``excluded ID:
+...``, ``superseded ID: ...``) and exits with status 3, like ``epto node``; one
+stopped by a fault says so in one line and exits with status 1. Its pages
+are told why (docs/editor.md, *Access*). ``--bot N`` types N random
 edits at ``--bot-rate`` per second (a demo, a load); ``--join`` starts empty
 and fetches the text from the ``--peer-transfer`` replicas; ``--data-dir DIR``
 keeps the text on disk, so that the replica started again with the same id
@@ -106,6 +111,21 @@ def register(sub: Any) -> None:
         help="seal every frame, presence datagram and state transfer under this group key "
         "(epto keygen group; mode 0600)",
     )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host name (NAME or NAME:PORT) pages may use to reach this replica, besides "
+        "IP addresses and localhost (a TLS proxy's public name; docs/editor.md, Access)",
+    )
+    p.add_argument(
+        "--max-pages",
+        type=positive_int,
+        default=256,
+        metavar="N",
+        help="pages connected at once; more are refused (default 256)",
+    )
     p.add_argument("--duration", type=positive_float, help="stop after this many seconds")
     p.set_defaults(func=run)
 
@@ -180,6 +200,8 @@ def run(args: argparse.Namespace) -> int:
         bot_rate=args.bot_rate,
         bot_seed=args.seed,
         replica=replica,
+        allowed_hosts=tuple(args.allow_host),
+        max_pages=args.max_pages,
     )
 
     async def main() -> None:
@@ -187,10 +209,57 @@ def run(args: argparse.Namespace) -> int:
             print(f"ready {args.id} {server.url}", file=sys.stderr, flush=True)
             with trio.move_on_after(args.duration if args.duration else math.inf):
                 await trio.sleep_forever()
+            server.stop_reason = f"replica {args.id} stopped (its --duration ended)"
 
     try:
         trio.run(main)
-    except LocalProtocolError as exc:  # another process runs this member, a bad directory
-        print(f"epto editor: {exc}", file=sys.stderr)
-        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BaseException as exc:  # one line on the terminal, never a traceback
+        return _report(exc, args.id)
     return 0
+
+
+def _report(exc: BaseException, pid: int) -> int:
+    """One line on standard error for what stopped the replica; the exit
+    status (3: excluded or superseded, as ``epto node``; 1: anything else)."""
+    import trio
+
+    from epto import LocalProtocolError, SupersededError
+    from epto.transports.trio_node import MemberExcludedError
+
+    from ._node import EXIT_EXCLUDED
+
+    found: list[BaseException] = []
+
+    def walk(e: BaseException) -> None:
+        if isinstance(e, BaseExceptionGroup):
+            for inner in e.exceptions:
+                walk(inner)
+        else:
+            found.append(e)
+
+    walk(exc)
+    for e in found:
+        if isinstance(e, SupersededError):
+            print(f"superseded {pid}: {_line(e)}", file=sys.stderr, flush=True)
+            return EXIT_EXCLUDED
+        if isinstance(e, MemberExcludedError):
+            print(f"excluded {pid}: {_line(e)}", file=sys.stderr, flush=True)
+            return EXIT_EXCLUDED
+    if any(isinstance(e, KeyboardInterrupt) for e in found):
+        return 130
+    first = next((e for e in found if not isinstance(e, trio.Cancelled)), found[0])
+    if isinstance(first, LocalProtocolError):  # another process runs this member, a bad directory
+        print(f"epto editor: {_line(first)}", file=sys.stderr, flush=True)
+    else:
+        fault = f"{type(first).__name__}: {_line(first)}"
+        print(
+            f"epto editor: replica {pid} stopped on a fault: {fault}", file=sys.stderr, flush=True
+        )
+    return 1
+
+
+def _line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__

@@ -22,6 +22,8 @@ import collections
 import json
 import random
 import socket
+import subprocess
+import sys
 from contextlib import AsyncExitStack
 
 import pytest
@@ -404,3 +406,69 @@ async def test_pages_are_told_when_the_replica_stops() -> None:
             while True:
                 messages.append(json.loads(await ws.receive()))
         assert messages[-1] == {"type": "stopped", "reason": "replica 1 stopped"}
+
+
+def _editor(pid: int, bind: int, peer: tuple[int, int], *extra: str) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-m", "epto.cli", "editor", "--id", str(pid)]
+    argv += ["--bind", f"127.0.0.1:{bind}", "--peer", f"{peer[0]}=127.0.0.1:{peer[1]}"]
+    argv += ["--round-interval", "0.02", *extra]
+    return subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+
+
+def _ready(proc: subprocess.Popen[str]) -> str:
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    assert line.startswith("ready "), line
+    return line.split()[2]
+
+
+async def _until_closed(ws: WebSocket) -> list[dict[str, object]]:
+    messages = []
+    try:
+        with trio.fail_after(30), pytest.raises(WebSocketClosed):
+            while True:
+                messages.append(json.loads(await ws.receive()))
+    finally:
+        await ws.aclose()
+    return messages
+
+
+def test_the_command_line_tells_pages_and_terminal_why_a_replica_stopped() -> None:
+    """Replica 1 is superseded by another start of id 1: its page is told,
+    its terminal gets one line and the status is 3; the other start's page
+    is told when its ``--duration`` ends."""
+    ports = free_ports(3, socket.SOCK_DGRAM)
+    first = _editor(1, ports[0], (2, ports[1]), "--duration", "60")
+    other = _editor(2, ports[1], (1, ports[0]), "--duration", "60")
+    later: subprocess.Popen[str] | None = None
+    try:
+        url = _ready(first)
+        _ready(other)
+
+        async def main() -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+            nonlocal later
+            ws = await connect_page(url)
+            # Its events reach replica 1 through replica 2.
+            later = _editor(1, ports[2], (2, ports[1]), "--bot", "5", "--duration", "3")
+            later_url = await trio.to_thread.run_sync(_ready, later)
+            ws_later = await connect_page(later_url)
+            return await _until_closed(ws), await _until_closed(ws_later)
+
+        told, told_later = trio.run(main)
+        assert told[-1]["type"] == "stopped"
+        assert str(told[-1]["reason"]).startswith("replica 1 superseded")
+        _, err = first.communicate(timeout=30)
+        assert first.returncode == 3
+        assert err.startswith("superseded 1: ") and err.count("\n") == 1, err
+        assert told_later[-1] == {
+            "type": "stopped",
+            "reason": "replica 1 stopped (its --duration ended)",
+        }
+        assert later is not None
+        later.communicate(timeout=30)
+        assert later.returncode == 0
+    finally:
+        for proc in (first, other, later):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.communicate()
