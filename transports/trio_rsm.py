@@ -725,6 +725,11 @@ class ReplicatedNode:
         protected = self._protected
         if rule == "holds" and protected is not None and (need is None or need < protected[0]):
             need = protected[0]
+        own = self.replica.cut
+        if not self._ring and own is not None and (need is None or need < own):
+            # Its node delivers only after what it delivered already: a state
+            # short of that would leave a gap before what it delivers next.
+            need = own
         cfg = self.config
         try:
             snapshot = await fetch_snapshot(
@@ -834,7 +839,9 @@ class ReplicatedNode:
 
         async def one(pid: ProcessId) -> None:
             nonlocal confirm, contradict, ready
-            state = await self._ask(pid, [snapshot.cut], wait=1.0)
+            # Its digest sent: a peer that confirms notes the state as shared
+            # (the majority rule of _acceptable rests on it).
+            state = await self._ask(pid, [snapshot.cut], 1.0, [snapshot.digest])
             if state is None or not state.ready:
                 return
             ready += 1
