@@ -238,6 +238,12 @@ class AtomsProcess:
         return self._epochs[self._latest].layout.groups[group]
 
     @property
+    def hosts(self) -> Mapping[int, ProcessId]:
+        """Atom -> the node that plays it in the latest epoch (the graph's
+        host, or the replacement of a crashed one)."""
+        return self._epochs[self._latest].layout.hosts
+
+    @property
     def crashed(self) -> frozenset[ProcessId]:
         """The nodes declared crashed so far."""
         return frozenset(self._dead)

@@ -14,10 +14,13 @@ import heapq
 import itertools
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import epto
 from epto.atoms import AtomsProcess, SequencingGraph, zipf_memberships
+from epto.atoms._messages import Change, EpochEnd, Publish
 from epto.check import check_pairwise
 
 NODES = 12
@@ -42,6 +45,7 @@ class _Run:
         self.sequences: dict[int, list[EventId]] = {p: [] for p in range(NODES)}
         self.addressed: dict[EventId, frozenset[int]] = {}
         self.places: dict[EventId, set[int]] = {}
+        self.epoch_of: dict[EventId, int] = {}
         self.down: set[int] = set()
         self.next_group = groups
         self.changes = 0
@@ -85,6 +89,7 @@ class _Run:
         places.update(graph.atoms[a].host for a in graph.route(group))
         eid = proc.publish(group, b"x")
         self.addressed[eid] = proc.members(group)
+        self.epoch_of[eid] = proc.epoch
         self.places[eid] = places
 
     def _change(self, proc: AtomsProcess) -> None:
@@ -136,6 +141,9 @@ def _verdict(run: _Run) -> tuple[int, int]:
         assert set(stats.rejected) <= {"from-crashed"}, (p, stats.rejected)
     sequences = {p: run.sequences[p] for p in live}
     dead = run.down
+    for p in live:  # every message of an epoch before any of the next
+        epochs = [run.epoch_of[e] for e in sequences[p]]
+        assert epochs == sorted(epochs), p
 
     def expected(p: int, eid: EventId) -> bool:
         return p not in dead and p in run.addressed[eid] and not run.places[eid] & dead
@@ -192,3 +200,62 @@ def test_a_run_with_changes_has_epochs_and_loses_nothing() -> None:
     owed, _ = _verdict(run)
     assert owed == sum(len(s) for s in run.sequences.values()) > 300
     assert all(proc.epoch == 3 for proc in run.procs.values())
+
+
+def test_only_the_coordinator_changes_the_graph_and_only_with_changes_that_apply() -> None:
+    graph = SequencingGraph.build({0: {1, 2, 3}, 1: {2, 3, 4}})
+    coordinator = AtomsProcess(1, graph)
+    other = AtomsProcess(2, graph)
+    with pytest.raises(epto.LocalProtocolError):
+        other.add_group(5, {1, 2})
+    for bad in (
+        {"remove": [9]},
+        {"add": {0: {1, 2}}},
+        {"add": {5: {1, 99}}},
+        {"add": {5: set()}},
+        {"add": {2**32: {1, 2}}},
+    ):
+        with pytest.raises(epto.LocalProtocolError):
+            coordinator.reconfigure(**bad)  # type: ignore[arg-type]
+    with pytest.raises(epto.LocalProtocolError):
+        coordinator.replace_crashed(1)  # the coordinator itself
+    assert coordinator.epoch == 0 and coordinator.messages_to_send() == []
+    # A membership change in one epoch: the group removed and added again.
+    assert coordinator.reconfigure(remove=[0], add={0: {1, 2, 4}}) == 1
+    assert coordinator.members(0) == {1, 2, 4}
+    assert {dest for dest, _ in coordinator.messages_to_send()} >= {2, 3, 4}
+
+
+def test_after_a_crash_its_atoms_move_and_nothing_from_it_is_taken() -> None:
+    graph = SequencingGraph.build({0: {1, 2, 3}, 1: {2, 3, 4}, 2: {1, 3, 4}})
+    procs = {p: AtomsProcess(p, graph) for p in range(1, 5)}
+    victim = 3
+    assert procs[1].replace_crashed(victim) == 1
+    out = procs[1].messages_to_send()
+    changes = [(dest, m) for dest, m in out if type(m) is Change]
+    assert {dest for dest, _ in changes} == {2, 4}  # not to the crashed node
+    for dest, change in changes:
+        procs[dest].receive(1, change)
+        assert procs[dest].crashed == {victim}
+    # Atoms of the crashed node are played by another node from epoch 1 on.
+    hosted = {a for a, atom in graph.atoms.items() if atom.host == victim}
+    assert hosted and procs[2].epoch == 1
+    assert all(procs[2].hosts[a] not in (victim, None) for a in hosted)
+    assert procs[2].hosts == procs[4].hosts == procs[1].hosts
+    procs[2].receive(victim, Publish(1, 1, 0, b"x"))
+    procs[2].receive(victim, EpochEnd(0, 1, 0, 0))
+    assert procs[2].statistics().rejected == {"from-crashed": 2}
+
+
+def test_every_node_moves_to_the_new_epoch_once_the_markers_have_passed() -> None:
+    run = _Run(3)
+    coordinator = run.procs[0]
+    run.at(0.0, "change", 0)
+    run.run()
+    assert {p.epoch for p in run.procs.values()} == {1}
+    assert {p.statistics().delivering_epoch for p in run.procs.values()} == {1}
+    assert coordinator.statistics().rejected == {}
+    # Epoch 0 is over everywhere: its messages are refused.
+    member = min(coordinator.members(min(coordinator.groups))) if coordinator.groups else 1
+    coordinator.receive(member, EpochEnd(0, 0, 0, 0))
+    assert coordinator.statistics().rejected == {"stale-epoch": 1}

@@ -12,7 +12,18 @@ import pytest
 
 import epto
 from epto.atoms import SequencingGraph, zipf_memberships
-from epto.atoms._messages import Publish, Sequenced, atoms_registry
+from epto.atoms._messages import (
+    PUBLISHER,
+    ROUTE,
+    AddGroup,
+    Change,
+    EpochEnd,
+    Publish,
+    RemoveGroup,
+    ReplaceHost,
+    Sequenced,
+    atoms_registry,
+)
 from epto.check import check_pairwise
 from epto.endpoint import AtomsEndpoint
 from epto.wire import FrameCodec
@@ -110,4 +121,50 @@ def test_well_formed_hostile_messages_are_refused_and_counted() -> None:
     refused = sum(sum(e.statistics().rejected.values()) for e in endpoints.values())
     assert refused == total
     for endpoint in endpoints.values():
+        assert endpoint.next_delivery() is None
+
+
+def test_hostile_changes_and_markers_are_refused_and_counted() -> None:
+    graph = SequencingGraph.build({0: {1, 2, 3}, 1: {2, 3, 4}, 2: {1, 2, 5}})
+    endpoints, _ = _endpoints(graph, max_pending=2)
+    codec = FrameCodec(group=0, limits=LIMITS, registry=atoms_registry())
+    coordinator = 1  # the smallest node
+    ingress = graph.ingress(0)
+    other = next(p for p in sorted(endpoints) if p not in (ingress, coordinator))
+    route = graph.route(0)
+    hostile = [
+        # a change from a node that is not the coordinator
+        (other, ingress, Change(1, (RemoveGroup(2),)), "not-coordinator"),
+        # a change that skips an epoch
+        (coordinator, other, Change(5, (RemoveGroup(2),)), "bad-epoch"),
+        # changes that do not apply: an unknown group, an unknown node, the
+        # coordinator declared crashed, a group that exists
+        (coordinator, other, Change(1, (RemoveGroup(99),)), "bad-change"),
+        (coordinator, other, Change(1, (AddGroup(7, frozenset({1, 77})),)), "bad-change"),
+        (coordinator, other, Change(1, (ReplaceHost(1, 2),)), "bad-change"),
+        (coordinator, other, Change(1, (AddGroup(0, frozenset({1, 2})),)), "bad-change"),
+        # a publisher's marker to a node that is not the ingress, and one for
+        # a group that does not exist
+        (3, other if other != ingress else 2, EpochEnd(0, 0, PUBLISHER, 0), "not-ingress"),
+        (3, ingress, EpochEnd(0, 99, PUBLISHER, 0), "unknown-group"),
+        # a non-member's marker at the ingress
+        (4, ingress, EpochEnd(0, 0, PUBLISHER, 0), "not-a-member"),
+        # a route marker from a node that is not the previous place
+        (4, 3, EpochEnd(0, 0, ROUTE, len(route)), "bad-source"),
+        # a marker for an epoch that is not there yet fills the early buffer
+        (3, ingress, EpochEnd(9, 0, PUBLISHER, 0), None),
+        (3, ingress, EpochEnd(9, 0, PUBLISHER, 0), None),
+        (3, ingress, EpochEnd(9, 0, PUBLISHER, 0), "buffer-full"),
+    ]
+    for sender, receiver, message, fault in hostile:
+        before = dict(endpoints[receiver].process.statistics().rejected)
+        (frame,) = codec.encode(sender, message, to=receiver)
+        assert endpoints[receiver].receive(frame, 0.0)  # decodes; the process refuses
+        after = endpoints[receiver].process.statistics().rejected
+        if fault is None:
+            assert after == before
+        else:
+            assert after.get(fault, 0) == before.get(fault, 0) + 1, (message, after)
+    for endpoint in endpoints.values():
+        assert endpoint.process.epoch == 0
         assert endpoint.next_delivery() is None
