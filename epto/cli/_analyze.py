@@ -19,7 +19,10 @@ def register(sub: Any) -> None:
             "measure delivery delays on Apache Spark: local[2] bound to 127.0.0.1 by default, "
             "a cluster with --master. Exit status 0 when safety holds, 1 when it is violated, "
             "2 when the logs cannot be read (no such directory, no node's log in it, data "
-            "loss, damaged records, logs the executors cannot see)."
+            "loss, damaged records, logs the executors cannot see). Data loss is found as "
+            "epto check finds it (a log that does not start at index 0 or ends before the "
+            "end its manifest recorded as durable, before Spark starts; a missing segment in "
+            "the middle, while Spark reads) and said in the same line."
         ),
     )
     p.add_argument("logdir", help="directory holding one log directory per node")
@@ -31,6 +34,8 @@ def register(sub: Any) -> None:
 
 CANNOT_READ = 2
 """Exit status when the logs cannot be read (1 is "safety violated")."""
+LOSS_KINDS = frozenset({"LogGapError", "LogTailLostError", "DataLossError"})
+"""The errors that mean data loss, whichever reader raised them."""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,10 +56,17 @@ def run(args: argparse.Namespace) -> int:
     from epto import EptoError
     from epto.spark._analyze import analyze, main_text
 
+    from ._check import loss_text
+
     try:
         result = analyze(args.logdir, master=args.master, out=args.out)
     except (EptoError, OSError, PySparkException) as exc:
-        print(f"epto analyze: cannot read {args.logdir}: {reason(exc)}", file=sys.stderr)
+        lost = loss_message(exc)
+        if lost is not None:
+            # The same line as epto check's.
+            print(f"epto analyze: {loss_text(lost)}", file=sys.stderr)
+        else:
+            print(f"epto analyze: cannot read {args.logdir}: {reason(exc)}", file=sys.stderr)
         return CANNOT_READ
     if not result["nodes"]:
         # Nothing to judge is not a verdict: a wrong path must not read "ok".
@@ -65,6 +77,16 @@ def run(args: argparse.Namespace) -> int:
         return CANNOT_READ
     print(json.dumps(result, sort_keys=True) if args.json else main_text(result))
     return 0 if result["ok"] else 1
+
+
+def loss_message(exc: BaseException) -> str | None:
+    """What is lost, when ``exc`` is a data loss (raised here, by the JVM
+    reader, or inside a Python worker, where Spark wraps it in its own
+    error); else None."""
+    if type(exc).__name__ in LOSS_KINDS:
+        return re.sub(r"^epto\.spark\.jvm\.\w+: ", "", str(exc))
+    kind, _, message = reason(exc).partition(": ")
+    return message if kind in LOSS_KINDS else None
 
 
 def reason(exc: BaseException) -> str:

@@ -30,10 +30,22 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+DATA_LOSS_SUFFIX = " (set failOnDataLoss=false to skip)"
+"""What the Spark reader adds to a data loss; an option of reads, not of the checks."""
+
+
+def loss_text(message: str) -> str:
+    """The line of ``epto check`` and ``epto analyze`` for a data loss:
+    ``data loss: PATH: what is missing`` (a lost tail's message already says
+    ``data loss``)."""
+    message = message.removesuffix(DATA_LOSS_SUFFIX)
+    return message if "data loss" in message else f"data loss: {message}"
+
+
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from epto.log import LogCorruptError, LogGapError, LogTailLostError, check_logs
+    from epto.log import LogCorruptError, LogGapError, check_logs
     from epto.log._summary import verdict_text, write_outputs
 
     if not Path(args.logdir).is_dir():
@@ -42,8 +54,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         result, histogram = check_logs(args.logdir)
     except LogGapError as exc:
-        said = isinstance(exc, LogTailLostError)  # its message says "data loss"
-        print(f"epto check: {'' if said else 'data loss: '}{exc}", file=sys.stderr)
+        print(f"epto check: {loss_text(str(exc))}", file=sys.stderr)
         return 2
     except (LogCorruptError, OSError) as exc:
         print(f"epto check: {exc}", file=sys.stderr)

@@ -12,7 +12,7 @@ from typing import Any
 from .._check import check
 from .._event import EventId
 from ._broadcasts import read_broadcasts
-from ._reader import iter_raw, list_nodes, node_directory
+from ._reader import LogGapError, extent_loss, iter_raw, list_nodes, node_directory
 from ._segment import FLAG_HAS_BROADCAST, FLAG_OUT_OF_ORDER
 from ._summary import (
     HISTOGRAM_BINS,
@@ -26,12 +26,30 @@ from ._summary import (
 )
 
 
+def data_loss(root: str | os.PathLike[str]) -> LogGapError | None:
+    """The first data loss that the extents of ``root``'s logs show (see
+    :func:`~epto.log._reader.extent_loss`), or None; reads each node's last
+    segment only. ``epto check`` finds the same (and gaps in the middle) while
+    reading every record; ``epto analyze`` asks this before Spark reads, and
+    Spark's reader finds the gaps in the middle."""
+    for node in list_nodes(root):
+        loss = extent_loss(node_directory(root, node))
+        if loss is not None:
+            return loss
+    return None
+
+
 def check_logs(root: str | os.PathLike[str]) -> tuple[dict[str, Any], list[tuple[float, int]]]:
     """The summary of ``root``'s logs and the delay histogram ``[(left edge ms, count)]``.
 
     Total order is judged on in-order deliveries (out-of-order ones are outside
-    the order by definition); integrity and holes on all deliveries.
+    the order by definition); integrity and holes on all deliveries. Raises
+    :class:`LogGapError` on data loss, first the loss the extents show (as
+    ``epto analyze`` does, so both say the same), then any other while reading.
     """
+    loss = data_loss(root)
+    if loss is not None:
+        raise loss
     manifest = read_broadcasts(root)
     everything: dict[int, list[EventId]] = {}
     in_order: dict[int, list[EventId]] = {}

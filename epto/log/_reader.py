@@ -69,6 +69,10 @@ class LogExtent:
         return None
 
 
+def _missing(node_dir: str | os.PathLike[str], expected: int, found: int) -> LogGapError:
+    return LogGapError(f"{node_dir}: delivery indices {expected}..{found - 1} are missing")
+
+
 def _tail_lost(node_dir: str | os.PathLike[str], end: int, durable_end: int) -> LogTailLostError:
     return LogTailLostError(
         f"{node_dir}: data loss: the log ends at index {end} but its manifest records "
@@ -165,9 +169,7 @@ def iter_raw(
             return
         if seg.first_index > expected:
             if not skip_missing:
-                raise LogGapError(
-                    f"{node_dir}: delivery indices {expected}..{seg.first_index - 1} are missing"
-                )
+                raise _missing(node_dir, expected, seg.first_index)
             expected = seg.first_index
         data, _, frames, closed = _frames(seg)
         pos = HEADER_SIZE
@@ -255,6 +257,20 @@ def log_extent(node_dir: str | os.PathLike[str]) -> LogExtent:
     if closed and pos < len(data):
         raise LogCorruptError(f"{last.path}: damaged record at byte {pos}")
     return LogExtent(first=first, end=end, durable_end=durable)
+
+
+def extent_loss(node_dir: str | os.PathLike[str]) -> LogGapError | None:
+    """The data loss that ``iter_raw(node_dir)`` would raise and the log's
+    extent shows without reading it (only the last segment is scanned): the
+    records before the first segment kept (a log starts at index 0), or a tail
+    the manifest recorded as durable. A segment missing in the middle needs a
+    full read (``iter_raw``, or the Spark reader with ``failOnDataLoss``)."""
+    extent = log_extent(node_dir)
+    if extent.first > 0:
+        return _missing(node_dir, 0, extent.first)
+    if extent.lost_tail is not None:
+        return _tail_lost(node_dir, *extent.lost_tail)
+    return None
 
 
 def last_ordered_ts(node_dir: str | os.PathLike[str]) -> int:

@@ -24,6 +24,7 @@ from typing import Any
 from .._check import find_cycles
 from ..log import list_nodes, node_directory
 from ..log._broadcasts import MANIFEST
+from ..log._check import data_loss
 from ..log._summary import (
     EXAMPLES,
     HISTOGRAM_BINS,
@@ -59,8 +60,17 @@ def analyze(
     process is used). ``spark``: an existing session to use instead (it is
     left running). ``out``: a directory for ``summary.json`` and
     ``analysis.png``. The summary has the same shape as ``epto check``'s.
+
+    Data loss raises, as ``epto check`` does, rather than counting what is
+    left as if it were everything: :class:`~epto.log.LogGapError` (or
+    :class:`~epto.log.LogTailLostError`) when a log's extent shows it (records
+    before its first segment, a lost tail; checked before Spark starts), and
+    the reader's ``DataLossError`` when a segment in the middle is missing.
     """
     started = time.perf_counter()
+    loss = data_loss(logdir)
+    if loss is not None:
+        raise loss
     if spark is None and master is None:
         from pyspark.sql import SparkSession
 
