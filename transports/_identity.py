@@ -40,8 +40,20 @@ __all__ = ["MemberClaim", "claim_member"]
 class MemberClaim:
     """The lock on a member's files, held until :meth:`release`."""
 
-    def __init__(self, incarnation: int, fd: int | None, previous: int | None = None) -> None:
+    def __init__(
+        self,
+        incarnation: int,
+        fd: int | None,
+        previous: int | None = None,
+        *,
+        pid: ProcessId = 0,
+        data_dir: str | None = None,
+    ) -> None:
         self.incarnation = incarnation
+        self.pid = pid
+        self.data_dir = data_dir
+        """The member's directory (None: nothing is kept), where the node
+        also keeps the member's vote (``transports/_ring_durable.py``)."""
         self.previous = previous
         """The incarnation of the last start found in the data directory: an
         int means this start is a restart of the member (it ran before, and
@@ -68,7 +80,7 @@ def claim_member(
     now = time.time() if wall is None else wall
     if data_dir is None:
         drawn = incarnation if incarnation is not None else next_incarnation(None, now)
-        return MemberClaim(drawn, None)
+        return MemberClaim(drawn, None, pid=pid)
     root = Path(data_dir)
     root.mkdir(parents=True, exist_ok=True)
     fd = _lock(root / f"member-{pid}.lock", pid)
@@ -90,7 +102,7 @@ def claim_member(
     except BaseException:
         os.close(fd)
         raise
-    return MemberClaim(chosen, fd, stored)
+    return MemberClaim(chosen, fd, stored, pid=pid, data_dir=str(root))
 
 
 def _lock(path: Path, pid: ProcessId) -> int:

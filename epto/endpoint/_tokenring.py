@@ -22,6 +22,11 @@ The token ring assumes reliable FIFO links (a stream transport: TCP). Rules:
   ``TokenRingConfig.allowed_joiners`` says otherwise);
 * flushed: every broadcast of this member was delivered here, so the group
   has sequenced it.
+* the member's vote (:mod:`epto.tokenring._durable`): a driver that keeps it
+  (``ring.durability`` not ``"off"``, a data directory) writes every
+  :meth:`TokenRingEndpoint.durable_record` before it sends the frames of the
+  same turn, and hands a restart the latest record it kept
+  (:meth:`TokenRingEndpoint.resume`) before the first turn.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from .._limits import Limits
 from .._seal import GroupKey, GroupSealer
 from .._signing import EventSigner, SignatureVerifier
 from ..tokenring import TokenRingConfig, TokenRingProcess, TokenRingStatistics, token_ring_registry
+from ..tokenring._durable import decode_durable, encode_durable
 from ..tokenring._messages import Catchup, DataBatch, Order
 from ._addresses import AddressBook, Directory, with_addresses
 from ._config import Address, parse_host_port
@@ -138,6 +144,11 @@ class TokenRingEndpoint:
         """An address frame arrived since the last output (a book may be due)."""
         self._instance = -2
         """The configuration the last output was taken in."""
+        self.durability = ring.durability
+        """How a driver with a data directory keeps the member's vote
+        (``TokenRingConfig.durability``)."""
+        self.resumed: str | None = None
+        """What :meth:`resume` said: ``"resumed"``, or why the start has no vote."""
 
     # -- identity and addresses -----------------------------------------------
 
@@ -202,6 +213,31 @@ class TokenRingEndpoint:
 
     def leave(self, now: float) -> None:
         pass  # a member that goes is excluded by the others' view change
+
+    # -- the member's vote -----------------------------------------------------
+
+    def durable_record(self) -> bytes | None:
+        """The member's vote when it changed since the last call (else None):
+        the driver writes it before it sends this turn's frames."""
+        durable = self._process.take_durable()
+        if durable is None:
+            return None
+        return encode_durable(self._pid, durable, 0, self.limits)
+
+    def resume(self, record: bytes | None) -> bool:
+        """Restore the vote an earlier start kept (``record``: the latest
+        one the driver holds, or None); True when this start votes as the
+        member (:attr:`resumed` says why not otherwise)."""
+        if record is None:
+            self.resumed = "no record"
+            return False
+        decoded = decode_durable(self._pid, record, self.limits)
+        if decoded is None:
+            self.resumed = "unreadable record"
+            return False
+        why = self._process.resume(decoded[1])
+        self.resumed = why or "resumed"
+        return why is None
 
     # -- outputs ------------------------------------------------------------
 

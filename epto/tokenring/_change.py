@@ -28,10 +28,23 @@ Rules:
   own broadcasts not sequenced yet to the members that are new. A process
   started as a restart (``Shared.restarted``) is admitted only by a
   configuration that lists its own incarnation; any other is a view to ask.
+* The durable vote (:mod:`._durable`): :meth:`ViewChange.durable_key` and
+  :meth:`ViewChange.durable` are what the driver must keep before this
+  step's frames leave (a member's acceptor state and report). A restart
+  that restored the member's record (:meth:`ViewChange.resume`) answers
+  prepares and accepts of the restored instance as the member, from the
+  restored acceptor and report, until a configuration lists this
+  incarnation; a decided configuration that still lists the member's
+  incarnation moves the vote there (a fresh acceptor, the decided state),
+  as the member would have installed it; one without the member (or with
+  another start of it) ends the vote.
 
-Size: about 430 lines: proposing, answering and installing share one
-instance's state (ballots, promises, the fence, the decided value); the
-value is built in :mod:`._viewchange` and agreed in :mod:`._consensus`.
+Size: about 520 lines: proposing, answering and installing share one
+instance's state (ballots, promises, the fence, the decided value), and
+what must be kept of it (the durable vote, or the restored one that
+answers instead); the value is built in :mod:`._viewchange`, agreed in
+:mod:`._consensus`, and a restored vote's answers are
+:mod:`._vote`'s.
 """
 
 from __future__ import annotations
@@ -46,6 +59,7 @@ from .._event import Event, ProcessId
 from . import _sequencer as seqr
 from ._consensus import Acceptor, Proposer
 from ._datapath import DataPath
+from ._durable import DurableState
 from ._joins import Joins
 from ._membership import Input, Role, Wanted, install_input, transition, wanted_change
 from ._messages import (
@@ -65,6 +79,7 @@ from ._outbox import Outbox
 from ._shared import Shared
 from ._tokenpath import TokenPath
 from ._viewchange import build_config
+from ._vote import RestoredVote
 
 
 class ViewChange:
@@ -83,6 +98,7 @@ class ViewChange:
         "_s",
         "_self_handlers",
         "_tokens",
+        "_vote",
         "_want_since",
     )
 
@@ -107,6 +123,8 @@ class ViewChange:
         self._proposal_full = False
         self._want_since: float | None = None
         self._round = 0
+        self._vote: RestoredVote | None = None
+        """The vote of the member this restart restored, until admitted."""
         self._self_handlers: dict[type, Callable[[ProcessId, Any, float], None]] = {
             Prepare: self.on_prepare,
             Promise: self.on_promise,
@@ -277,6 +295,9 @@ class ViewChange:
         return sender not in s.config.members or s.role not in (Role.CORE, Role.EXTERNAL)
 
     def on_prepare(self, sender: ProcessId, msg: Prepare, now: float) -> None:
+        if self._vote is not None and self._s.role is Role.JOINING:
+            self._vote_prepare(sender, msg, now)
+            return
         if self._stale(sender, msg.instance, now):
             return
         self._round = max(self._round, msg.ballot[0])
@@ -305,6 +326,9 @@ class ViewChange:
             self._to(sender, Nack(instance=msg.instance, ballot=msg.ballot, promised=promised), now)
 
     def on_accept(self, sender: ProcessId, msg: Accept, now: float) -> None:
+        if self._vote is not None and self._s.role is Role.JOINING:
+            self._vote_accept(sender, msg, now)
+            return
         if self._stale(sender, msg.instance, now):
             return
         self._round = max(self._round, msg.ballot[0])
@@ -342,8 +366,10 @@ class ViewChange:
             # bootstrap view, an earlier incarnation) is the view to ask.
             event = Input.INSTALL_NOT_MEMBER
         if was_joining and event is Input.INSTALL_NOT_MEMBER:
+            self._follow(config)
             self._joins.learn_view(config)
             return
+        self._set_vote(None)
         start = next((st for st in config.starts if st[0] == s.pid), None)
         if not was_joining:
             if listed is not None and listed < s.incarnation:
@@ -430,3 +456,73 @@ class ViewChange:
         self._proposer = None
         self._want_since = None
         self._joins.restart(config, now)
+
+    # -- the durable vote -------------------------------------------------------
+
+    def durable_key(self) -> tuple[object, ...] | None:
+        """What :meth:`durable` depends on, cheaply (None: nothing to keep)."""
+        vote = self._vote
+        if vote is not None:
+            return vote.state.key()
+        s = self._s
+        snap = self._tokens.snap
+        if s.role not in (Role.CORE, Role.EXTERNAL) or snap.instance != s.config.instance:
+            return None
+        acceptor = self._acceptor
+        accepted = None if acceptor.accepted is None else acceptor.accepted[0]
+        return (s.incarnation, s.config.instance, acceptor.promised, accepted, snap.hop)
+
+    def durable(self) -> DurableState | None:
+        """This member's vote as it stands (module :mod:`._durable`)."""
+        vote = self._vote
+        if vote is not None:
+            return vote.state
+        if self.durable_key() is None:
+            return None
+        s = self._s
+        snap = self._tokens.snap
+        acceptor = self._acceptor
+        return DurableState(
+            incarnation=s.incarnation,
+            config=s.config,
+            promised=acceptor.promised,
+            accepted=acceptor.accepted,
+            state=snap,
+            events=tuple(s.book.entries(snap.low, snap.next_seq)),
+        )
+
+    def resume(self, durable: DurableState) -> None:
+        """Vote as the member ``durable`` was written by (a restart that
+        restored it; :meth:`TokenRingProcess.resume` checked it)."""
+        self._set_vote(RestoredVote(durable))
+
+    def _set_vote(self, vote: RestoredVote | None) -> None:
+        self._vote = vote
+        self._s.resumes = None if vote is None else vote.state.incarnation
+
+    def _vote_for(self, sender: ProcessId, instance: int, now: float) -> RestoredVote | None:
+        """The vote, if a prepare or accept of ``instance`` from ``sender``
+        is one to answer with it (one of a later instance: ask for it)."""
+        vote = self._vote
+        if vote is None or not vote.voter_of(sender):
+            return None
+        if instance > vote.instance:
+            self._out.rate_limited(sender, ConfigRequest(), now)
+            return None
+        return vote if instance == vote.instance else None
+
+    def _vote_prepare(self, sender: ProcessId, msg: Prepare, now: float) -> None:
+        vote = self._vote_for(sender, msg.instance, now)
+        if vote is not None:
+            self._out.send(sender, vote.prepare(msg))
+
+    def _vote_accept(self, sender: ProcessId, msg: Accept, now: float) -> None:
+        vote = self._vote_for(sender, msg.instance, now)
+        if vote is not None:
+            self._out.send(sender, vote.accept(msg))
+
+    def _follow(self, config: RingConfig) -> None:
+        """A decision heard while voting for the member (:meth:`RestoredVote.followed`)."""
+        vote = self._vote
+        if vote is not None and config.instance > vote.instance:
+            self._set_vote(vote.followed(config, self._s.pid))

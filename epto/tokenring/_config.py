@@ -34,6 +34,10 @@ bytes each); the default budgets leave over 100 KiB of a 1 MiB frame for
 them."""
 
 
+DURABILITY = ("fsync", "write", "off")
+"""The values of :attr:`TokenRingConfig.durability`."""
+
+
 def _identities(value: Iterable[ProcessId] | None) -> frozenset[ProcessId] | None:
     return None if value is None else frozenset(value)
 
@@ -142,6 +146,22 @@ class TokenRingConfig:
     a consensus message lists them in one list of at most
     ``Limits.max_events_per_ball``)."""
 
+    durability: str = "fsync"
+    """How a driver with the member's data directory keeps the member's
+    vote (its acceptor state and the token states it accepted, with the
+    window's payloads: :meth:`TokenRingProcess.take_durable`), written
+    before any frame that depends on it leaves, so that a member restarted
+    with its directory votes as itself and a majority restarted at once
+    comes back on its own (docs/token-ring.md, *A majority restarted at
+    once*). ``"fsync"`` (the default): written and flushed to the disk
+    (``fsync``) before the frames leave: survives the process and the
+    machine crashing. ``"write"``: written, not flushed: survives the
+    process crashing (a SIGKILL), not the machine (a power loss may lose
+    the latest records: restart such a member without its directory, or its
+    vote may be one it already gave differently). ``"off"``: nothing kept (a
+    restarted member has no vote; a majority restarted at once waits for
+    the operator). Without a data directory nothing is kept."""
+
     optimistic: OptimisticConfig | None = attrs.field(default=None)
     """Deliver optimistically too (docs/optimistic.md): every message is
     delivered first with the tag ``OPTIMISTIC``, at its arrival plus a planned
@@ -152,6 +172,11 @@ class TokenRingConfig:
         if self.optimistic is not None and not isinstance(self.optimistic, OptimisticConfig):
             raise ConfigurationError(
                 "TokenRingConfig.optimistic must be an epto.optimistic.OptimisticConfig or None"
+            )
+        if self.durability not in DURABILITY:
+            raise ConfigurationError(
+                f"TokenRingConfig.durability must be one of {', '.join(DURABILITY)}, "
+                f"got {self.durability!r}"
             )
         if self.k is not None and (not isinstance(self.k, int) or self.k < 1):
             raise ConfigurationError(f"TokenRingConfig.k must be None or >= 1, got {self.k!r}")

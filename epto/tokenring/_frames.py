@@ -87,6 +87,18 @@ def _get_heartbeat(r: Reader, _lim: Limits) -> Heartbeat:
     )
 
 
+def _join(out: fp.Out, m: Join, _lim: Limits) -> None:
+    out.u32(m.incarnation)
+    if m.resumes is not None:
+        # Optional trailing field: a join without it is four bytes, as before.
+        out.u32(m.resumes)
+
+
+def _get_join(r: Reader, _lim: Limits) -> Join:
+    incarnation = r.u32()
+    return Join(incarnation=incarnation, resumes=r.u32() if r.remaining >= 4 else None)
+
+
 def _fetch(out: fp.Out, m: Fetch, lim: Limits) -> None:
     out.pack(fp.EID, m.start, m.end)
     fp.put_ids(out, m.ids, lim)
@@ -187,8 +199,8 @@ _KINDS: tuple[tuple[int, str, type[Any], Put, Get], ...] = (
         23,
         "tr-join",
         Join,
-        lambda out, m, lim: out.u32(m.incarnation),
-        lambda r, lim: Join(incarnation=r.u32()),
+        _join,
+        _get_join,
     ),
     (24, "tr-config-request", ConfigRequest, _empty, lambda r, lim: ConfigRequest()),
     (

@@ -86,7 +86,7 @@ class Joins:
                 self._out.send(member, self._join())
 
     def _join(self) -> Join:
-        return Join(incarnation=self._s.incarnation)
+        return Join(incarnation=self._s.incarnation, resumes=self._s.resumes)
 
     def restart(self, config: RingConfig, now: float) -> None:
         """A (re)started process found ``config`` beyond its bootstrap view

@@ -199,6 +199,11 @@ class Join:
 
     incarnation: int = 0
     """The joining process's incarnation."""
+    resumes: int | None = None
+    """A member restarted with its durable state (docs/token-ring.md, *A
+    majority restarted at once*): the earlier incarnation whose acceptor and
+    token state this start restored, and for which it votes until the group
+    admits it; None: none (it has no vote)."""
 
 
 @attrs.frozen(kw_only=True, slots=True)

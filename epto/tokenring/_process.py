@@ -27,10 +27,12 @@ Leaving the view for good (:meth:`TokenRingProcess._leave`) is the one
 action that spans every part; they call it through the callback they are
 given.
 
-Size: about 490 lines. Beside the routing of every message kind, the checks
+Size: about 560 lines. Beside the routing of every message kind, the checks
 every inbound message passes before any part sees it live here (which start
-of a member sent it, docs/token-ring.md *Restart*; refusals counted), since
-they gate every part alike; the state stays in the parts.
+of a member sent it, whether a later start votes for it, docs/token-ring.md
+*Restart*; refusals counted), since they gate every part alike, and the
+durable vote's two entry points (:meth:`TokenRingProcess.take_durable`,
+:meth:`TokenRingProcess.resume`); the state stays in the parts.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from ._config import TokenRingConfig
 from ._datapath import DELIVER_CHUNK as DELIVER_CHUNK
 from ._datapath import DataPath
 from ._delayplans import DelayPlans
+from ._durable import DurableState
 from ._fetch import Fetcher
 from ._joins import Joins
 from ._membership import Input, Role, transition
@@ -95,6 +98,11 @@ _EXCLUSIONS = {
 SUPERSEDED = _EXCLUSIONS[Input.SUPERSEDED]
 """The :attr:`TokenRingProcess.exclusion` of a process whose member runs
 again in a later incarnation."""
+
+
+_VOTES = (Promise, Accepted, Nack, ConfigRequest)
+"""What a later incarnation that restored the member's durable vote may send
+as the member before it is admitted."""
 
 
 class TokenRingProcess:
@@ -223,6 +231,8 @@ class TokenRingProcess:
                 Latencies: optimistic.plans.on_latencies,
                 Delays: optimistic.plans.on_delays,
             }
+        self._durable_key: tuple[object, ...] | None = None
+        """The key of the vote :meth:`take_durable` handed out last."""
         self._restarted = members is not None or restarted
         """Started as a bootstrap member, or as a restart of a member (it may
         be joining: see :meth:`broadcast`)."""
@@ -336,8 +346,11 @@ class TokenRingProcess:
                 # A member removed while it was away learns it from us.
                 self._out.rate_limited(sender, Decided(config=s.config), now)
             return
-        s.fd.heard(sender, now, s.cfg.suspect_timeout)
-        self._out.arrived(sender, message)
+        if sender not in s.newer:
+            # (A later incarnation's vote, :meth:`_incarnation_refusal`, is
+            # neither a sign of the member's life nor part of its links.)
+            s.fd.heard(sender, now, s.cfg.suspect_timeout)
+            self._out.arrived(sender, message)
         try:
             handler(sender, message, now)
             self._data.deliver(now)
@@ -368,10 +381,25 @@ class TokenRingProcess:
         else:
             claimed = None
         if claimed is None:
-            return "not-admitted" if sender in s.newer else None
+            if sender not in s.newer:
+                return None
+            if isinstance(message, _VOTES) and s.voting.get(sender) == s.newer[sender]:
+                return None  # it answers for the member (its durable vote)
+            return "not-admitted"
         why = s.record(sender, claimed)
         if why is None:
             return None
+        if (
+            why == "restarted"
+            and isinstance(message, Join)
+            and message.resumes is not None
+            and message.resumes == s.incarnations.get(sender)
+            and s.newer.get(sender) == claimed
+        ):
+            # A later start that restored the member's durable vote: its
+            # answers in a view change count as the member's until the
+            # change that replaces the member.
+            s.voting[sender] = claimed
         if s.role in (Role.CORE, Role.EXTERNAL):
             self._out.rate_limited(sender, Decided(config=s.config), now)
         return "not-admitted" if why == "restarted" else why
@@ -418,6 +446,42 @@ class TokenRingProcess:
         self._fetch.stop()
         self._tokens.stop()
         self._change.stop()
+
+    # -- the durable vote ---------------------------------------------------
+
+    def take_durable(self) -> DurableState | None:
+        """This member's vote (:mod:`._durable`) when it changed since the
+        last call, else None. A driver that keeps it calls this after every
+        input and timer, before :meth:`messages_to_send`, and writes what it
+        returns before it sends those messages: then a restart that restores
+        the latest record (:meth:`resume`) votes as the member would have."""
+        key = self._change.durable_key()
+        if key is None or key == self._durable_key:
+            return None
+        self._durable_key = key
+        return self._change.durable()
+
+    def resume(self, durable: DurableState) -> str | None:
+        """Restore the member's vote kept by an earlier start; None when
+        restored, else why not (the process then waits to be admitted
+        without a vote, as without a record). Only a restart
+        (``restarted=True``) that has done nothing yet resumes, and only a
+        vote of an earlier incarnation of this member, in a configuration
+        that lists it."""
+        s = self._s
+        if not (s.restarted and s.role is Role.JOINING and s.fresh and s.resumes is None):
+            return "not a restart waiting to be admitted"
+        if not 0 <= durable.incarnation < s.incarnation:
+            return "not an earlier incarnation's"
+        config = durable.config
+        listed = config.incarnation_of(self.pid)
+        if self.pid not in config.members or (listed is not None and listed != durable.incarnation):
+            return "the member is not that incarnation in that configuration"
+        if durable.state.instance != config.instance:
+            return "a token state of another configuration"
+        self._change.resume(durable)
+        self._durable_key = self._change.durable_key()
+        return None
 
     # -- outputs ------------------------------------------------------------
 

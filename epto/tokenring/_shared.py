@@ -20,6 +20,14 @@ Rules:
   restarted under its id, to be replaced by the next full change). Both
   hold members of the view only (:meth:`Shared.record`), so they stay as
   small as the view.
+* ``voting`` holds, for a member of the view whose later incarnation asks
+  in *with the member's durable state* (its join's ``resumes`` is the
+  incarnation that is the member here), that later incarnation: its
+  answers in a view change (promises, acceptances, nacks) count as the
+  member's until the change that replaces the member is installed
+  (docs/token-ring.md, *A majority restarted at once*). ``resumes`` is,
+  for this process, the member's incarnation whose durable vote it
+  restored (None: none), which its joins carry.
 * ``fresh`` is True until the process installs its first decision: a
   bootstrap member that finds the group beyond its bootstrap view while
   fresh has just (re)started, and joins instead of taking the state it
@@ -65,7 +73,9 @@ class Shared:
         "pid",
         "rejected",
         "restarted",
+        "resumes",
         "role",
+        "voting",
     )
 
     def __init__(
@@ -85,6 +95,8 @@ class Shared:
         self.incarnation = incarnation
         self.incarnations: dict[ProcessId, int] = {pid: incarnation}
         self.newer: dict[ProcessId, int] = {}
+        self.voting: dict[ProcessId, int] = {}
+        self.resumes: int | None = None
         self.fresh = True
         self.now = now
         self.cfg = cfg
@@ -139,6 +151,7 @@ class Shared:
         self.newer = {
             p: i for p, i in self.newer.items() if p in config.members and i > now_in.get(p, -1)
         }
+        self.voting = {p: i for p, i in self.voting.items() if self.newer.get(p) == i}
         return [p for p, i in self.incarnations.items() if p in old and old[p] != i]
 
     def reject(self, reason: str) -> None:

@@ -58,7 +58,11 @@ def build_config(
     else:
         members = list(current.members)
     member_set = set(members)
-    core = [p for p in current.core if p in answered and p in member_set and p not in replace]
+    # A member whose later incarnation asks in is out of the token's path even
+    # in a light change (that start is not the member yet; its answers may
+    # count as the member's vote, never as a core member's presence).
+    gone = replace | wanted.replace
+    core = [p for p in current.core if p in answered and p in member_set and p not in gone]
     core += [
         p
         for p in current.external

@@ -132,6 +132,7 @@ messages = st.one_of(
         oldest=u64,
     ),
     st.just(Join()),
+    st.just(Join(incarnation=5, resumes=0)),
     st.just(ConfigRequest()),
     st.builds(Prepare, instance=u64, ballot=ballots, full=st.booleans()),
     st.builds(

@@ -12,6 +12,12 @@ A link subclass provides the endpoint (:meth:`TrioDriver._open_endpoint`),
 the clock (:meth:`TrioDriver._now` and its offset to ``trio.current_time()``),
 the sockets (:meth:`TrioDriver._open_link`, :meth:`TrioDriver._close_link`),
 its receiving tasks, and :meth:`TrioDriver._send`.
+
+An endpoint whose member has a vote to keep (the token ring's:
+``transports/_ring_durable.py``), in a node with a data directory, gets its
+latest record back before the first turn, and every turn writes the
+endpoint's new record (flushed, unless ``durability`` says otherwise)
+before it sends that turn's frames.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from epto.endpoint import Endpoint, OverflowPolicy, Transmit
 
 from .._identity import MemberClaim, claim_member
 from .._loop import DeliveryBuffer, DeliveryOverflowError, DriverLoop
+from .._ring_durable import KeepsVote, VoteStore
 from .tasks import TaskOwner
 
 
@@ -54,6 +61,8 @@ class TrioDriver(TaskOwner):
         self._member: MemberClaim | None = None
         """The member's files, claimed by :meth:`_open_endpoint` (a subclass
         calls :meth:`_claim_member`), released when the node stops."""
+        self._votes: tuple[VoteStore, KeepsVote] | None = None
+        """Where the member's vote is kept, and the endpoint that gives it."""
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -62,6 +71,7 @@ class TrioDriver(TaskOwner):
         self._offset = self._clock_offset()
         try:
             self._loop = DriverLoop(self._open_endpoint(self._now()), self._buffer)
+            self._open_votes(self._loop.endpoint)
             await self._open_link()
             await self._open_tasks()
         except BaseException:
@@ -86,6 +96,7 @@ class TrioDriver(TaskOwner):
                 if self._state == "closing":
                     loop.endpoint.leave(self._now())
                     out = loop.endpoint.datagrams_to_send(self._now())
+                    self._keep_vote()
                     if out:
                         await self._send(out)
                         await self._sent()
@@ -197,6 +208,7 @@ class TrioDriver(TaskOwner):
             # socket buffer while the round ages the others can turn into a hole.
             self._drain_arrivals()
             out = loop.turn(self._now())
+            self._keep_vote()
             if out:
                 await self._send(out)
             gone = loop.endpoint.gone()
@@ -228,9 +240,37 @@ class TrioDriver(TaskOwner):
         return self._member
 
     def _release_member(self) -> None:
+        votes, self._votes = self._votes, None
+        if votes is not None:
+            votes[0].close()
         member, self._member = self._member, None
         if member is not None:
             member.release()
+
+    def _open_votes(self, endpoint: Endpoint) -> None:
+        """Give a restart the vote its member kept, and keep it from now on
+        (only an endpoint that has one, with a data directory). A start that
+        does not resume removes what an earlier start left."""
+        member = self._member
+        if (
+            member is None
+            or member.data_dir is None
+            or not isinstance(endpoint, KeepsVote)
+            or endpoint.durability == "off"
+        ):
+            return
+        store = VoteStore(member.data_dir, member.pid, sync=endpoint.durability == "fsync")
+        if not endpoint.resume(store.load() if member.previous is not None else None):
+            store.clear()
+        self._votes = (store, endpoint)
+
+    def _keep_vote(self) -> None:
+        """Write the member's new vote, if any, before this turn's frames leave."""
+        votes = self._votes
+        if votes is not None:
+            record = votes[1].durable_record()
+            if record is not None:
+                votes[0].write(record)
 
     def _open_endpoint(self, now: float) -> Endpoint:
         raise NotImplementedError

@@ -69,12 +69,16 @@ class TokenRingNodeConfig:
     (:class:`epto.MemberRunningError`). A start that finds an earlier
     incarnation there is a *restart*: the member never founds a group at
     position 0 then, it asks the other members to admit it back (unless
-    ``fresh_group``)."""
+    ``fresh_group``). The member's vote is kept there too
+    (``tokenring.durability``, ``"fsync"`` by default): a restart on it
+    votes as the member, so a majority restarted at once comes back on its
+    own (docs/token-ring.md, *A majority restarted at once*)."""
     fresh_group: bool = False
     """Found a new group at position 0 with ``members`` even if ``data_dir``
     says this member ran before: the explicit way to start a whole group
-    again after every member, or a majority of them, went down at once
-    (docs/token-ring.md, *Restart*, *A majority restarted*). Every member of
+    again after every member went down at once, or a majority of them
+    without their votes (docs/token-ring.md, *Restart*, *A majority
+    restarted at once*). Every member of
     the new group must be started this way (or for the first time), and no
     process of the former group may still run. Ignored with ``contacts``."""
     group: int = 0
