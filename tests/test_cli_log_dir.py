@@ -49,3 +49,32 @@ def test_relative_paths_follow_the_same_rule(
     assert directory_problem("afile/x") == "afile/x: afile is not a directory"
     os.mkdir("a")
     assert directory_problem("a/b") is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["simulate", "-n", "5", "--events", "5", "-q", "--log-dir", "{path}"], "--log-dir"),
+        (["simulate", "-n", "5", "--events", "5", "-q", "--json", "{path}"], "--json"),
+        (["simulate", "-n", "5", "--events", "5", "-q", "--plot", "{path}"], "--plot"),
+        (["check", "{logs}", "--out", "{path}"], "--out"),
+        (["analyze", "{logs}", "--out", "{path}"], "--out"),
+    ],
+)
+def test_the_other_commands_refuse_a_missing_parent_before_they_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], option: str
+) -> None:
+    """The same rule for the directories and files the other commands write,
+    said before a run or an analysis (it failed with a traceback after a
+    simulation, or created every missing directory), with their status for
+    invalid options: 2 (1 means a violated property for these commands)."""
+    logs = tmp_path / "logs"
+    (logs / "1").mkdir(parents=True)
+    path = tmp_path / "nonexistent" / "x"
+    status = main([a.format(path=path, logs=logs) for a in argv])
+    command = argv[0]
+    assert status == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"epto {command}: {option} {path}: no such directory: {path.parent}"
+    ]
+    assert not (tmp_path / "nonexistent").exists()

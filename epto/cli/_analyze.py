@@ -39,9 +39,15 @@ LOSS_KINDS = frozenset({"LogGapError", "LogTailLostError", "DataLossError"})
 
 
 def run(args: argparse.Namespace) -> int:
+    from ._files import path_problem
+
     if not os.path.isdir(args.logdir):
         print(f"epto analyze: {args.logdir} is not a directory", file=sys.stderr)
         return CANNOT_READ
+    line = path_problem("epto analyze", args, directories=("--out",))  # before Spark
+    if line is not None:
+        print(line, file=sys.stderr)
+        return CANNOT_READ  # 1 says that safety is violated
     from epto.log import list_nodes
 
     if not list_nodes(args.logdir):

@@ -48,9 +48,15 @@ def run(args: argparse.Namespace) -> int:
     from epto.log import LogCorruptError, LogGapError, check_logs
     from epto.log._summary import verdict_text, write_outputs
 
+    from ._files import path_problem
+
     if not Path(args.logdir).is_dir():
         print(f"epto check: no such directory: {args.logdir}", file=sys.stderr)
         return 2
+    line = path_problem("epto check", args, directories=("--out",))
+    if line is not None:
+        print(line, file=sys.stderr)
+        return 2  # 1 says that safety is violated
     try:
         result, histogram = check_logs(args.logdir)
     except LogGapError as exc:

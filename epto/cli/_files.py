@@ -41,15 +41,15 @@ def directory_problem(path: str | os.PathLike[str]) -> str | None:
     return f"{p}: no such directory: {p.parent}"  # a relative path of a vanished cwd
 
 
-def check_paths(
+def path_problem(
     command: str,
     args: argparse.Namespace,
     *,
     new_files: Iterable[str] = (),
     directories: Iterable[str] = (),
-) -> None:
-    """Exit with ``command: [option] problem`` for the first path given that
-    cannot work. Options are named as on the command line (``--log-dir``,
+) -> str | None:
+    """``command: [option] problem`` for the first path given that cannot
+    work, or None. Options are named as on the command line (``--log-dir``,
     whose ``dest`` is ``log_dir``); a positional argument by its ``dest``."""
     checks = [(name, new_file_problem) for name in new_files]
     checks += [(name, directory_problem) for name in directories]
@@ -58,7 +58,22 @@ def check_paths(
         problem = check(path) if path is not None else None
         if problem is not None:
             option = f"{name} " if name.startswith("-") else ""
-            raise SystemExit(f"{command}: {option}{problem}")
+            return f"{command}: {option}{problem}"
+    return None
+
+
+def check_paths(
+    command: str,
+    args: argparse.Namespace,
+    *,
+    new_files: Iterable[str] = (),
+    directories: Iterable[str] = (),
+) -> None:
+    """Exit (status 1) with :func:`path_problem`'s line when there is one;
+    commands whose status 1 means something else print it and return 2."""
+    line = path_problem(command, args, new_files=new_files, directories=directories)
+    if line is not None:
+        raise SystemExit(line)
 
 
 def os_error_line(exc: OSError) -> str:

@@ -261,6 +261,16 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from epto import ConfigurationError
+
+    from ._files import path_problem
+
+    # Before the run: a path that cannot work is said now, not after it.
+    line = path_problem(
+        "epto simulate", args, new_files=("--json", "--plot"), directories=("--log-dir",)
+    )
+    if line is not None:
+        print(line, file=sys.stderr)
+        return 2  # invalid options
     from epto.transports.simulation import (
         SimulationObserver,
         SimulationSpec,
