@@ -467,20 +467,27 @@ class TextDocument(StateMachine):
         ).encode()
 
     def restore(self, state: bytes) -> None:
-        data = json.loads(state)
-        self.text = data["text"]
-        self.version = int(data["version"])
-        self.floor = int(data["floor"])
-        self._history = deque(_decode(op, self._max_length) for op in data["history"])
-        self._refs = {int(a): (int(r[0]), int(r[1])) for a, r in data["refs"].items()}
-        authors = [int(a) for a in data.get("authors", [-1] * len(self._history))]
-        if len(authors) != len(self._history):
-            raise ValueError("a snapshot whose history and authors differ in length")
-        self._authors = deque(authors)
-        self._partial = {}
-        for a, (seq, ref, parts, edits) in data.get("partial", {}).items():
-            _decode(edits, self._max_length)
-            self._partial[int(a)] = (int(seq), int(ref), int(parts), list(edits))
+        """Replace the replicated state by a :meth:`snapshot`'s; a state
+        that is not one raises :class:`ValueError` and changes nothing."""
+        try:
+            data = json.loads(state)
+            text = data["text"]
+            if not isinstance(text, str):
+                raise TypeError("text is not a string")
+            version, floor = int(data["version"]), int(data["floor"])
+            history = deque(_decode(op, self._max_length) for op in data["history"])
+            refs = {int(a): (int(r[0]), int(r[1])) for a, r in data["refs"].items()}
+            authors = deque(int(a) for a in data.get("authors", [-1] * len(history)))
+            partial = {}
+            for a, (seq, ref, parts, edits) in data.get("partial", {}).items():
+                _decode(edits, self._max_length)
+                partial[int(a)] = (int(seq), int(ref), int(parts), list(edits))
+        except (KeyError, TypeError, AttributeError, IndexError, RecursionError) as exc:
+            raise ValueError(f"not a text document's state: {exc!r}") from None
+        if len(authors) != len(history) or not 0 <= floor <= version:
+            raise ValueError("not a text document's state: inconsistent history")
+        self.text, self.version, self.floor = text, version, floor
+        self._history, self._refs, self._authors, self._partial = history, refs, authors, partial
         self._pending.clear()
         self._in_flight = None
         self.changes.append(Change(op=(), remote=True))

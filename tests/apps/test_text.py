@@ -323,3 +323,24 @@ def test_a_caret_sent_before_its_edits_arrive_is_moved_by_them_once() -> None:
     assert b.locate(*a.anchor(2), author=1) == b.locate(*anchor, author=1)
     # Out of the history or ahead of this replica: clamped to the view.
     assert b.locate(99, 1000, author=1) == len(b.view)
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        b"{}",
+        b"[]",
+        b"not json",
+        b'{"text": 5, "version": 0, "floor": 0, "history": [], "refs": {}}',
+        b'{"text": "", "version": 0, "floor": 0, "history": [], "refs": {}, "partial": {"1": 5}}',
+        b'{"text": "", "version": 0, "floor": 0, "history": [[]], "refs": {}, "authors": []}',
+        b'{"text": "", "version": 0, "floor": 3, "history": [], "refs": {}}',
+    ],
+)
+def test_a_state_that_is_not_a_documents_is_refused_and_changes_nothing(state: bytes) -> None:
+    doc = TextDocument(1)
+    doc.local_edit((Insert(0, "kept"),))
+    _deliver([doc], doc.take_outgoing())
+    with pytest.raises(ValueError):
+        doc.restore(state)
+    assert (doc.text, doc.version, doc.history_size()) == ("kept", 1, 1)
