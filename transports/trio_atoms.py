@@ -44,7 +44,8 @@ class AtomsNode(TcpNode[AtomsEndpoint]):
 
     ``addresses`` maps every node of the deployment to ``"host:port"``; this
     node listens on its own entry unless ``tcp`` says otherwise. ``nodes``
-    (by default those of ``addresses``) and ``coordinator`` are
+    (by default those of ``addresses``), ``coordinator`` and
+    ``suspect_after`` (the crash detector's silence, seconds) are
     :class:`epto.atoms.AtomsProcess`'s and must be the same at every node.
     """
 
@@ -62,6 +63,7 @@ class AtomsNode(TcpNode[AtomsEndpoint]):
         seed: int | None = None,
         nodes: Collection[ProcessId] | None = None,
         coordinator: ProcessId | None = None,
+        suspect_after: float | None = None,
     ) -> None:
         if pid not in addresses:
             raise LocalProtocolError(f"addresses has no entry for this node ({pid})")
@@ -82,6 +84,7 @@ class AtomsNode(TcpNode[AtomsEndpoint]):
                 rng=random.Random(seed),
                 nodes=nodes,
                 coordinator=coordinator,
+                suspect_after=suspect_after,
             )
 
         super().__init__(config, make_endpoint)

@@ -1,12 +1,12 @@
 """One version of the sequencing graph as a node uses it (internal): the
 groups, routes, stamping atoms and hosts of an epoch, frozen when the epoch
 is installed, so that the graph object can go on changing while the epoch's
-messages drain. Hosts are the graph's, except that a crashed machine's
-atoms are played by its replacement (``moved``)."""
+messages drain. Hosts and ingresses are the graph's, except that a crashed
+node's part is played by its replacement (``moved``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
+from collections.abc import Mapping
 
 import attrs
 
@@ -27,19 +27,14 @@ class Layout:
     ingress: Mapping[int, int]
 
     @classmethod
-    def of(
-        cls, epoch: int, graph: SequencingGraph, moved: Mapping[int, int], dead: Set[int]
-    ) -> Layout:
+    def of(cls, epoch: int, graph: SequencingGraph, moved: Mapping[int, int]) -> Layout:
         hosts = {a.id: moved.get(a.host, a.host) for a in graph.atoms.values()}
         groups = dict(graph.groups)
         routes = {g: graph.route(g) for g in groups}
         ingress = {}
-        for g, route in routes.items():
-            if route:
-                ingress[g] = hosts[route[0]]
-            else:
-                live = groups[g] - dead
-                ingress[g] = min(live or groups[g])
+        for g in groups:
+            node = graph.ingress(g)
+            ingress[g] = moved.get(node, node)
         return cls(
             epoch=epoch,
             groups=groups,

@@ -1,4 +1,4 @@
-"""The messages of the sequencing-atoms engine and their frames (codes 40-43).
+"""The messages of the sequencing-atoms engine and their frames (codes 40-43, 47).
 
 * :class:`Publish`: a member hands a payload for one of its groups to the
   group's ingress in ``epoch`` (the node that assigns the group-local number).
@@ -13,6 +13,8 @@
   link. ``stage`` 0: from a publisher to the group's ingress ("I publish no
   more in this epoch"); 1: along the route and then to the members, behind
   the group's last message of the epoch (``hop`` as in :class:`Sequenced`).
+* :class:`Alive`: a node's heartbeat to the coordinator (only with a crash
+  detector: ``suspect_after``), with the latest epoch the node installed.
 
 Layouts (big-endian; docs/wire-format.md, "Sequencing atoms")::
 
@@ -25,6 +27,7 @@ Layouts (big-endian; docs/wire-format.md, "Sequencing atoms")::
                2 remove:  group u32
                3 replace: crashed u64 · replacement u64
     EpochEnd:  epoch u32 · group u32 · stage u8 · hop u16
+    Alive:     epoch u32
 
 A decoder raises only ``RemoteProtocolError``; an encoder raises
 ``LocalProtocolError`` for values out of range.
@@ -44,6 +47,7 @@ PUBLISH_CODE = 40
 SEQUENCED_CODE = 41
 CHANGE_CODE = 42
 EPOCH_END_CODE = 43
+ALIVE_CODE = 47
 
 MAX_STAMPS = 4096
 """Most stamps one message carries (one per atom of its route)."""
@@ -140,6 +144,13 @@ class EpochEnd:
     group: int
     stage: int
     hop: int
+
+
+@attrs.frozen(slots=True)
+class Alive:
+    """A heartbeat to the coordinator; ``epoch`` is the sender's latest."""
+
+    epoch: int
 
 
 def _payload(payload: bytes, limits: Limits) -> bytes:
@@ -242,6 +253,17 @@ def _decode_epoch_end(r: Reader, limits: Limits) -> EpochEnd:
     return EpochEnd(epoch, group, stage, hop)
 
 
+def _encode_alive(m: Alive, limits: Limits) -> bytes:
+    try:
+        return _U32.pack(m.epoch)
+    except struct.error:
+        raise LocalProtocolError("Alive: a value is out of range") from None
+
+
+def _decode_alive(r: Reader, limits: Limits) -> Alive:
+    return Alive(r.u32())
+
+
 PUBLISH_KIND = FrameKind(
     code=PUBLISH_CODE,
     name="atoms-publish",
@@ -272,9 +294,18 @@ EPOCH_END_KIND = FrameKind(
 )
 
 
+ALIVE_KIND = FrameKind(
+    code=ALIVE_CODE,
+    name="atoms-alive",
+    type=Alive,
+    encode=_encode_alive,
+    decode=_decode_alive,
+)
+
+
 def atoms_registry() -> FrameRegistry:
-    """A registry with the engine's four kinds (and nothing of EpTO's)."""
+    """A registry with the engine's five kinds (and nothing of EpTO's)."""
     registry = FrameRegistry()
-    for kind in (PUBLISH_KIND, SEQUENCED_KIND, CHANGE_KIND, EPOCH_END_KIND):
+    for kind in (PUBLISH_KIND, SEQUENCED_KIND, CHANGE_KIND, EPOCH_END_KIND, ALIVE_KIND):
         registry.register(kind)
     return registry

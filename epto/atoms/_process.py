@@ -76,6 +76,7 @@ from ._messages import (
     PUBLISHER,
     ROUTE,
     AddGroup,
+    Alive,
     Change,
     ChangeOp,
     EpochEnd,
@@ -85,7 +86,7 @@ from ._messages import (
     Sequenced,
 )
 
-Message = Publish | Sequenced | Change | EpochEnd
+Message = Publish | Sequenced | Change | EpochEnd | Alive
 
 _U32_LIMIT = 1 << 32
 
@@ -165,7 +166,9 @@ class AtomsProcess:
     ``nodes`` is every node of the deployment (by default the members of the
     graph's groups and its atoms' hosts); ``coordinator`` the node that
     changes the graph (by default the smallest of ``nodes``). Every node
-    must be given the same graph, nodes and coordinator.
+    must be given the same graph, nodes and coordinator. ``suspect_after``
+    (seconds, the same at every node) turns on the crash detector (rule 7);
+    without it there is no timer.
     """
 
     def __init__(
@@ -176,9 +179,15 @@ class AtomsProcess:
         max_pending: int = 100_000,
         nodes: Collection[ProcessId] | None = None,
         coordinator: ProcessId | None = None,
+        suspect_after: float | None = None,
     ) -> None:
+        if suspect_after is not None and not suspect_after > 0:
+            raise LocalProtocolError(f"suspect_after must be positive, got {suspect_after!r}")
         self.pid = pid
         self.max_pending = max_pending
+        self.suspect_after = suspect_after
+        self._heard: dict[ProcessId, float] = {}
+        self._next_beat = float("-inf")
         self._graph = graph
         self._owns_graph = False  # copied before its first change (it may be shared)
         if nodes is None:
@@ -188,7 +197,7 @@ class AtomsProcess:
         self.coordinator = min(self.nodes) if coordinator is None else coordinator
         self._dead: set[ProcessId] = set()
         self._moved: dict[ProcessId, ProcessId] = {}
-        self._epochs = {0: _Epoch(pid, Layout.of(0, graph, self._moved, self._dead))}
+        self._epochs = {0: _Epoch(pid, Layout.of(0, graph, self._moved))}
         self._latest = 0
         self._delivering = 0
         self._early: list[tuple[ProcessId, Message]] = []
@@ -285,8 +294,15 @@ class AtomsProcess:
         return eid
 
     def receive(self, sender: ProcessId, message: object, now: float = 0.0) -> None:
-        """One message from ``sender`` (over a reliable FIFO link); ``now`` is
-        not used (no decision here depends on time)."""
+        """One message from ``sender`` (over a reliable FIFO link); ``now``
+        matters only to the coordinator's crash detector."""
+        if (
+            self.suspect_after is not None
+            and self.pid == self.coordinator
+            and sender in self.nodes
+            and sender not in self._dead
+        ):
+            self._heard[sender] = now
         fault = self._receive(sender, message)
         if fault is not None:
             self._rejected[fault] = self._rejected.get(fault, 0) + 1
@@ -349,6 +365,8 @@ class AtomsProcess:
             return "from-crashed"
         if type(m) is Change:
             return self._on_change(sender, m)
+        if type(m) is Alive:
+            return None if self.pid == self.coordinator else "not-coordinator"
         if type(m) is not Publish and type(m) is not Sequenced and type(m) is not EpochEnd:
             return "unknown-message"
         if m.epoch > self._latest:
@@ -563,12 +581,13 @@ class AtomsProcess:
                 self._graph.remove_group(op.group)
             elif type(op) is ReplaceHost:
                 self._dead.add(op.crashed)
+                self._heard.pop(op.crashed, None)
                 for node, to in self._moved.items():
                     if to == op.crashed:
                         self._moved[node] = op.replacement
                 self._moved[op.crashed] = op.replacement
         old = self._epochs.get(self._latest)
-        layout = Layout.of(change.epoch, self._graph, self._moved, self._dead)
+        layout = Layout.of(change.epoch, self._graph, self._moved)
         self._epochs[change.epoch] = _Epoch(self.pid, layout)
         self._latest = change.epoch
         if old is not None:
@@ -714,10 +733,30 @@ class AtomsProcess:
             yield self._deliveries.popleft()
 
     def get_timer(self) -> float:
-        return float("inf")
+        """When :meth:`handle_timer` is next due: never without a detector."""
+        after = self.suspect_after
+        if after is None:
+            return float("inf")
+        if self.pid != self.coordinator:
+            return self._next_beat
+        return min((t + after for t in self._heard.values()), default=float("inf"))
 
     def handle_timer(self, now: float) -> None:
-        pass
+        """The detector (rule 7): a heartbeat to the coordinator when one is
+        due; at the coordinator, every node silent for ``suspect_after`` is
+        declared crashed, one change each."""
+        after = self.suspect_after
+        if after is None:
+            return
+        if self.pid != self.coordinator:
+            if now >= self._next_beat:
+                self._outbox.append((self.coordinator, Alive(self._latest)))
+                self._next_beat = now + after / 3
+            return
+        for node in sorted(self._heard):
+            if now - self._heard[node] >= after:
+                del self._heard[node]
+                self.replace_crashed(node)
 
     def statistics(self) -> AtomsStatistics:
         c = self._counts

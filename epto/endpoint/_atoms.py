@@ -62,7 +62,8 @@ class AtomsEndpoint:
     frame carries (frames of other ids are refused); ``wall`` (wall-clock
     seconds) starts the sealer's nonce counter. ``nodes`` and
     ``coordinator`` are :class:`epto.atoms.AtomsProcess`'s (by default the
-    nodes of ``addresses`` and the smallest of them).
+    nodes of ``addresses`` and the smallest of them), and so is
+    ``suspect_after``, the crash detector's silence (none by default).
     """
 
     def __init__(
@@ -81,6 +82,7 @@ class AtomsEndpoint:
         max_pending: int = 100_000,
         nodes: Collection[ProcessId] | None = None,
         coordinator: ProcessId | None = None,
+        suspect_after: float | None = None,
     ) -> None:
         self._pid = pid
         self.limits = limits
@@ -90,6 +92,7 @@ class AtomsEndpoint:
             max_pending=max_pending,
             nodes=addresses.keys() if nodes is None else nodes,
             coordinator=coordinator,
+            suspect_after=suspect_after,
         )
         mine = sorted(self._process.groups)
         if default_group is None and len(mine) == 1:
@@ -166,13 +169,16 @@ class AtomsEndpoint:
         return self._process.replace_crashed(crashed)
 
     def receive(self, data: bytes, now: float, *, peer_host: str | None = None) -> bool:
-        return self._framing.receive(data, now, peer_host, self._process.receive)
+        process = self._process
+        return self._framing.receive(
+            data, now, peer_host, lambda sender, message: process.receive(sender, message, now)
+        )
 
     def reject(self, fault: str) -> None:
         self._framing.codec.rejected[fault] += 1
 
     def handle_timer(self, now: float) -> None:
-        pass  # every decision is taken on an input
+        self._process.handle_timer(now)  # the crash detector, if any
 
     def leave(self, now: float) -> None:
         pass
@@ -180,7 +186,7 @@ class AtomsEndpoint:
     # -- outputs ------------------------------------------------------------
 
     def get_timer(self) -> float:
-        return float("inf")
+        return self._process.get_timer()
 
     def output_pending(self) -> bool:
         return True  # every input may route or deliver at once

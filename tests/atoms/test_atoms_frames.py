@@ -1,4 +1,4 @@
-"""The atoms engine's frames (kinds 40-43): every value round-trips, plain
+"""The atoms engine's frames (kinds 40-43, 47): every value round-trips, plain
 and sealed; mutated and truncated frames raise nothing but
 ``RemoteProtocolError``."""
 
@@ -16,6 +16,7 @@ from epto.atoms._messages import (
     MAX_OPS,
     MAX_STAMPS,
     AddGroup,
+    Alive,
     Change,
     EpochEnd,
     Publish,
@@ -50,8 +51,8 @@ operations = st.one_of(
 )
 changes = st.builds(Change, U32, st.lists(operations, max_size=8).map(tuple))
 markers = st.builds(EpochEnd, U32, U32, st.sampled_from([0, 1]), st.integers(0, 2**16 - 1))
-MESSAGES = st.one_of(publishes, sequenced, changes, markers)
-Message = Publish | Sequenced | Change | EpochEnd
+MESSAGES = st.one_of(publishes, sequenced, changes, markers, st.builds(Alive, U32))
+Message = Publish | Sequenced | Change | EpochEnd | Alive
 
 
 def _codecs(sealed: bool) -> tuple[FrameCodec, FrameCodec]:
