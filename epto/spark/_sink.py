@@ -12,6 +12,7 @@ docs/spark-sink.md has the guarantees.
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -20,7 +21,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
-from ._client import GatewayClient, send_rows
+from ._client import MAX_TOKEN, GatewayClient, parse_address, send_rows
 from ._rows import MAX_STREAM_ID
 from ._source import EptoDataSource as _LogSource
 
@@ -43,8 +44,20 @@ class _Settings:
         self.gateway = options.get("gateway")
         if not self.gateway:
             raise ValueError('the epto sink needs .option("gateway", "host:port")')
+        parse_address(self.gateway)  # on the driver, before any task starts
         self.token = options.get("token", "").encode()
-        self.timeout = float(options.get("timeout", "60"))
+        if len(self.token) > MAX_TOKEN:
+            # The gateway would refuse its frame as too large, in every task.
+            raise ValueError(f"the epto sink's token has at most {MAX_TOKEN} bytes")
+        timeout = options.get("timeout", "60")
+        try:
+            self.timeout = float(timeout)
+        except ValueError:
+            self.timeout = math.nan
+        if not 0 < self.timeout < math.inf:
+            raise ValueError(
+                f"the epto sink's timeout must be a positive number of seconds, not {timeout!r}"
+            )
         self.stream = options.get("streamId")
         if self.stream is not None and not 0 < len(self.stream.encode()) <= MAX_STREAM_ID:
             raise ValueError(f"streamId must have 1 to {MAX_STREAM_ID} bytes")
