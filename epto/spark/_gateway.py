@@ -98,6 +98,8 @@ class _Connection:
         self.buffer = bytearray()
         self.open = True
         self.evicted = False
+        # Events broadcast for this connection and not delivered yet.
+        self.eids: set[EventId] = set()
         self.send_lock = trio.Lock()
         # Acknowledgements to send: at most ``window`` (one per slot taken).
         self.acks, self._ack_source = trio.open_memory_channel[int](window)
@@ -203,6 +205,7 @@ class Gateway:
             waiting = self._pending.pop(delivery.event.id, None)
             if waiting is not None:
                 conn, chunk = waiting
+                conn.eids.discard(delivery.event.id)
                 # Never blocks: the channel holds a slot's worth per event.
                 with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                     conn.acks.send_nowait(chunk)
@@ -265,6 +268,12 @@ class Gateway:
             self._stop_waiting(conn)
             if counted:
                 self._authenticated -= 1
+            # Its events are still delivered; nobody waits for their
+            # acknowledgements now (an event never delivered must not keep
+            # the connection's state for ever).
+            for eid in conn.eids:
+                self._pending.pop(eid, None)
+            conn.eids.clear()
             conn.open = False
             conn.acks.close()
             stats.open_connections -= 1
@@ -306,6 +315,7 @@ class Gateway:
                 conn.slots.release()
                 raise _Refused("broadcast", f"the node refused the event: {exc}") from None
             conn.outstanding += 1
+            conn.eids.add(eid)
             self._pending[eid] = (conn, chunk)
             self.statistics.events += 1
             self.statistics.rows += len(event.values)

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+import trio
 
 from epto.spark import Gateway
 from epto.spark._client import (
@@ -24,6 +25,7 @@ from epto.spark._client import (
     parse_address,
     send_rows,
 )
+from epto.spark._rows import encode_event
 
 from ._group import LoopbackGroup
 
@@ -161,3 +163,46 @@ def test_authenticated_connections_alone_count_against_max_connections() -> None
 def test_bad_bounds_are_refused(options: dict[str, float], said: str) -> None:
     with pytest.raises(ValueError, match=said):
         Gateway(object(), **options)  # type: ignore[arg-type]
+
+
+class _NeverDelivers:
+    """A node that takes broadcasts and never delivers them."""
+
+    pid = 1
+
+    def __init__(self) -> None:
+        self.broadcasts = 0
+
+    def broadcast(self, payload: bytes) -> tuple[int, int]:
+        self.broadcasts += 1
+        return (1, self.broadcasts)
+
+    def __aiter__(self) -> _NeverDelivers:
+        return self
+
+    async def __anext__(self) -> object:
+        await trio.sleep_forever()
+
+
+def test_a_closed_connection_leaves_nothing_waiting_for_its_acknowledgements() -> None:
+    node = _NeverDelivers()
+
+    def write_and_leave(address: str) -> None:
+        with GatewayClient(address, timeout=30) as client:
+            for first in range(5):
+                client.send(encode_event("s", 1, 0, first, [b"x"]))
+
+    async def main() -> None:
+        gateway = Gateway(node, hello_timeout=5.0)  # type: ignore[arg-type]
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                address = await nursery.start(gateway.run)
+                await trio.to_thread.run_sync(write_and_leave, address)
+                stats = gateway.statistics
+                while not (stats.events == 5 and stats.open_connections == 0):
+                    await trio.sleep(0.01)
+                assert gateway._pending == {}
+                nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert node.broadcasts == 5
