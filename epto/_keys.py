@@ -237,15 +237,20 @@ def save_signing_key(
 
 def load_signing_key(path: str | os.PathLike[str]) -> tuple[bytes, bytes]:
     """``(private, public)`` raw bytes from a file of ``epto keygen signing``,
-    or from a 32-byte Ed25519 private key (raw or hex; see :func:`read_secret`)."""
+    or from a 32-byte Ed25519 private key (raw or hex; see :func:`read_secret`).
+    A file whose public key is not the private key's is refused."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     doc = read_secret(path, SIGNING_KEY_TYPE)
     if isinstance(doc, bytes):
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
         public = Ed25519PrivateKey.from_private_bytes(doc).public_key().public_bytes_raw()
         return doc, public
     private = _unb64(doc.get("private"), 32, f"{path}: private")
-    return private, _unb64(doc.get("public"), 32, f"{path}: public")
+    public = _unb64(doc.get("public"), 32, f"{path}: public")
+    derived = Ed25519PrivateKey.from_private_bytes(private).public_key().public_bytes_raw()
+    if public != derived:
+        raise ConfigurationError(f"{path}: public is not the public key of private")
+    return private, public
 
 
 def load_public_key(path: str | os.PathLike[str]) -> tuple[ProcessId | None, bytes]:

@@ -190,3 +190,17 @@ def test_a_missing_key_file_is_one_line_for_every_command(tmp_path: Path) -> Non
     assert str(caught.value) == f"{missing}: No such file or directory"
     status, err = _one_line(["editor", "--id=1", "--duration=0.2", f"--group-key-file={missing}"])
     assert status != 0 and err == [f"epto editor: {missing}: No such file or directory"]
+
+
+def test_a_signing_key_file_whose_halves_do_not_match_is_refused(tmp_path: Path) -> None:
+    private, _ = keys.generate_signing_key()
+    _, other_public = keys.generate_signing_key()
+    doc = {
+        "type": "epto-signing-key",
+        "private": base64.b64encode(private).decode(),
+        "public": base64.b64encode(other_public).decode(),
+    }
+    path = _doc(tmp_path / "mixed.key", doc)
+    with pytest.raises(epto.ConfigurationError) as caught:
+        keys.load_signing_key(path)
+    assert str(caught.value) == f"{path}: public is not the public key of private"
