@@ -22,11 +22,20 @@ Rules:
   every local edit, the server submits what the document wants sent (one
   operation in the order per author) and pushes the view's changes; all of it
   synchronously, in the task that changed the document.
+* **A page's message is hostile input**
+  (:func:`epto.apps._editor.parse_page_message`): bounded, parsed without
+  raising, checked field by field, and the edit checked again against the
+  view once rebased; a fault sends the page ``refused``, closes that page
+  (counted in ``rejected`` as ``page-REASON``) and nothing else.
+* **An operation of any size**: the document cuts what one event cannot
+  carry into parts sized from the node's ``limits.max_payload_size``
+  (``TextDocument(max_part_size=...)``).
 * **Presence is outside the total order**: each replica sends its caret and
-  selection (the last page's, or the bot's) in a UDP datagram to every
-  ``presence_peers`` address when it moves and every second; the others'
-  cursors follow the local changes and expire after 5 s. Lost datagrams
-  only delay a marker.
+  selection (the last page's, or the bot's), anchored in the confirmed text,
+  in a UDP datagram to the presence addresses it was given or learned
+  (:class:`epto.apps._presence.Presence`) when it moves and every second;
+  the others' cursors are brought into the local view whenever they are
+  shown and expire after 5 s. Lost datagrams only delay a marker.
 * **A page never edits a text that is not the group's**: while the replica is
   not ready (joining, restarting, fetching its state after a hole) its pages
   are told so (``{"type": "state", "ready": false}``, read only), an edit
@@ -38,6 +47,13 @@ Rules:
   :meth:`~epto.apps.text.TextDocument.number_from`).
 * **A bot** (``bot`` edits at ``bot_rate`` per second) types random words and
   deletes at random places, as a local user of this replica.
+
+Size: one server, whose parts share the pages' table and the document:
+the connection setup and its limits (credential, Origin, Host, queues), the
+pages' messages, the fan-out of changes and presence. Each protocol it
+speaks lives elsewhere (the page session and its messages in
+:mod:`epto.apps._editor`, presence in :mod:`epto.apps._presence`, HTTP and
+WebSocket in :mod:`epto.transports._trio.websocket`).
 """
 
 from __future__ import annotations
@@ -67,15 +83,13 @@ from epto.apps._editor import (
     PageCursor,
     PageFault,
     PageSession,
-    Presence,
     StalePage,
     color_of,
     parse_page_message,
-    presence_codec,
-    presence_key,
     random_edit,
 )
 from epto.apps._ot import Insert, Operation
+from epto.apps._presence import Presence, presence_codec, presence_key
 from epto.apps.text import MAX_PARTS, MIN_PART_SIZE, Change, TextDocument, transform_position
 from epto.endpoint import Address, NodeConfig, parse_host_port
 from epto.wire import GroupSealer

@@ -69,6 +69,11 @@ Rules:
   ``max_length``) would be refused again: its author drops what is pending
   and its view becomes the group's text (a change with an empty ``op``, as
   after a restore).
+
+Size: one state machine whose parts share every field and invariant: the
+local view (pending edits, the operation in flight, its parts), the
+replicated command that ends an operation in flight, the carets anchored in
+the history, and the state transfer that must hold all of it.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ import random
 import pytest
 
 from epto._frames import pack_header
-from epto.apps._editor import (
+from epto.apps._ot import Insert
+from epto.apps._presence import (
     MAX_GOSSIP,
     PRESENCE_CODE,
     Presence,
@@ -23,7 +24,6 @@ from epto.apps._editor import (
     presence_codec,
     presence_key,
 )
-from epto.apps._ot import Insert
 from epto.apps.text import TextDocument
 from epto.keys import generate_group_key
 from epto.wire import GroupSealer
