@@ -44,14 +44,14 @@ from selenium.webdriver.common.keys import Keys  # noqa: E402
 WAIT = 30.0
 
 
-def _start(mode: str, tmp: Path) -> tuple[list[subprocess.Popen[bytes]], list[str]]:
+def _start(mode: str, tmp: Path, n: int = 3) -> tuple[list[subprocess.Popen[bytes]], list[str]]:
     kind = socket.SOCK_STREAM if mode == "token-ring" else socket.SOCK_DGRAM
-    nodes = free_ports(3, kind)
-    transfers = free_ports(3, socket.SOCK_STREAM)
-    presence = free_ports(3, socket.SOCK_DGRAM)
+    nodes = free_ports(n, kind)
+    transfers = free_ports(n, socket.SOCK_STREAM)
+    presence = free_ports(n, socket.SOCK_DGRAM)
     names = ["Ada", "Brian", "Chloé"]
     procs, urls = [], []
-    for i in range(3):
+    for i in range(n):
         pid = i + 1
         args = [
             sys.executable,
@@ -75,7 +75,7 @@ def _start(mode: str, tmp: Path) -> tuple[list[subprocess.Popen[bytes]], list[st
             "--seed",
             str(pid),
         ]
-        for j in range(3):
+        for j in range(n):
             if j != i:
                 args += ["--peer", f"{j + 1}=127.0.0.1:{nodes[j]}"]
                 args += ["--peer-transfer", f"{j + 1}=127.0.0.1:{transfers[j]}"]
@@ -114,10 +114,11 @@ def browser() -> Iterator[Any]:
 
 
 class Pages:
-    """Three iframes in one window, one per replica."""
+    """Iframes in one window, one per replica."""
 
     def __init__(self, driver: Any, urls: list[str], tmp: Path) -> None:
         self.driver = driver
+        self.n = len(urls)
         frames = "".join(
             f'<iframe src="{u}" style="width:490px;height:520px;border:1px solid #ccc"></iframe>'
             for u in urls
@@ -141,7 +142,7 @@ class Pages:
         self.run(i, lambda d: d.find_element(By.ID, "text").send_keys(*keys))
 
     def texts(self) -> list[str]:
-        return [self.js(i, "return window.epto ? window.epto.text() : null") for i in range(3)]
+        return [self.js(i, "return window.epto ? window.epto.text() : null") for i in range(self.n)]
 
     def wait(self, what: str, check: Callable[[], bool]) -> None:
         deadline = time.monotonic() + WAIT
@@ -152,11 +153,19 @@ class Pages:
 
     def converged(self) -> str:
         def same() -> bool:
-            synced = all(self.js(i, "return window.epto.synced()") for i in range(3))
+            synced = all(self.js(i, "return window.epto.synced()") for i in range(self.n))
             return synced and len(set(self.texts())) == 1
 
         self.wait("converged", same)
         return str(self.texts()[0])
+
+    def connected(self) -> None:
+        self.wait(
+            "connected",
+            lambda: all(
+                self.js(i, "return !!window.epto && window.epto.synced()") for i in range(self.n)
+            ),
+        )
 
 
 @pytest.mark.parametrize("mode", ["token-ring", "epto"])

@@ -346,3 +346,32 @@ def test_an_undo_takes_back_the_pages_own_step_and_nothing_else(browser: Any, se
             server.set_ready(action == "ready")
     assert server.settle() == server.text
     assert seen() == ({c for s in undo for c in s}, {c for c in server.text if ord(c) < 0x1F600})
+
+
+def test_a_name_tag_stays_inside_the_box(browser: Any) -> None:
+    # A caret on the first line has its tag below it (above, it would be
+    # clipped by the box); one further down keeps it above.
+    page = resources.files("epto.apps").joinpath("editor_static", "index.html")
+    with resources.as_file(page) as path:
+        browser.get(path.as_uri())
+    browser.execute_script(
+        "receive({type: 'state', ready: true, unsaved: false});"
+        "receive({type: 'reset', rev: 1, text: 'first line\\nsecond\\nthird'});"
+        "receive({type: 'presence', cursors: ["
+        "{author: 2, name: 'Brian', color: 'red', pos: 0, end: 0},"
+        "{author: 3, name: 'Chloé', color: 'blue', pos: 18, end: 18}]});"
+    )
+    box, tags = browser.execute_script(
+        "const r = (e) => { const b = e.getBoundingClientRect();"
+        " return [b.top, b.bottom, b.left, b.right]; };"
+        "return [r(document.getElementById('overlay')),"
+        " Array.from(document.querySelectorAll('#overlay .caret b')).map("
+        "   (b) => [b.textContent, r(b), r(b.parentElement)])];"
+    )
+    assert [t[0] for t in tags] == ["Brian", "Chloé"]
+    for _, tag, _caret in tags:
+        assert box[0] <= tag[0] and tag[1] <= box[1], (box, tag)
+        assert box[2] <= tag[2] and tag[3] <= box[3], (box, tag)
+    (_, first, first_caret), (_, lower, lower_caret) = tags
+    assert first[0] >= first_caret[0]  # below its caret
+    assert lower[1] <= lower_caret[0] + 1  # above its caret
