@@ -252,14 +252,12 @@ class TrioDriver(TaskOwner):
         (only an endpoint that has one, with a data directory). A start that
         does not resume removes what an earlier start left."""
         member = self._member
-        if (
-            member is None
-            or member.data_dir is None
-            or not isinstance(endpoint, KeepsVote)
-            or endpoint.durability == "off"
-        ):
+        if member is None or member.data_dir is None or not isinstance(endpoint, KeepsVote):
             return
         store = VoteStore(member.data_dir, member.pid, sync=endpoint.durability == "fsync")
+        if endpoint.durability == "off":
+            store.clear()  # a vote not kept on: an earlier one must not be taken later
+            return
         if not endpoint.resume(store.load() if member.previous is not None else None):
             store.clear()
         self._votes = (store, endpoint)
