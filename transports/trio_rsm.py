@@ -60,6 +60,7 @@ already).
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from collections.abc import Iterable, Sequence
@@ -141,11 +142,13 @@ _UNSET: Final = object()
 class _Target:
     """Whom a diverged EpTO replica fetches from, and what its state must
     satisfy: ``"majority"`` (a majority of the replicas hold it),
-    ``"holds"`` (the provider's chain holds this replica's protected
-    prefix)."""
+    ``"holds"`` (the provider's chain holds ``keep``, a prefix of this
+    replica's chain: its protected prefix, or the part of it a majority may
+    hold)."""
 
     pid: ProcessId
     rule: str
+    keep: tuple[OrderKey, bytes] | None = None
 
 
 class StateRefusedError(TransferError):
@@ -193,7 +196,7 @@ class ReplicatedNode:
         self.states_refused = 0
         self.audits = 0
         self.contradictions = 0
-        self._verdicts = AuditVerdicts()
+        self._verdicts = self._new_verdicts()
         self.resolutions = 0
         self._protected: tuple[OrderKey, bytes] | None = None
         """EpTO: the highest (cut, digest) of this replica's chain it shared
@@ -685,7 +688,9 @@ class ReplicatedNode:
         decide again (keep its own branch, or take the chosen one)."""
         need = self.replica.needed()
         target, self._target = self._target, None
-        if target is not None and await self._fetch_from(target.pid, need, target.rule):
+        if target is not None and await self._fetch_from(
+            target.pid, need, target.rule, target.keep
+        ):
             return True
         answers = await self._ask_all(())
         views = [s.view for s in answers.values() if s is not None and s.ready]
@@ -717,12 +722,18 @@ class ReplicatedNode:
                     self._must_fetch = False
                     return True
                 return False
-            return await self._fetch_from(decision.pid, need, decision.rule)
+            return await self._fetch_from(decision.pid, need, decision.rule, decision.keep)
         return False
 
-    async def _fetch_from(self, pid: ProcessId, need: OrderKey | None, rule: str) -> bool:
+    async def _fetch_from(
+        self,
+        pid: ProcessId,
+        need: OrderKey | None,
+        rule: str,
+        keep: tuple[OrderKey, bytes] | None = None,
+    ) -> bool:
         """Fetch, check (:meth:`_acceptable`) and restore ``pid``'s state."""
-        protected = self._protected
+        protected = self._protected if rule != "holds" else keep
         if rule == "holds" and protected is not None and (need is None or need < protected[0]):
             need = protected[0]
         own = self.replica.cut
@@ -739,7 +750,7 @@ class ReplicatedNode:
                 max_bytes=cfg.max_snapshot_bytes,
                 key=self._transfer_key,
             )
-            if not await self._acceptable(snapshot, pid, rule):
+            if not await self._acceptable(snapshot, pid, rule, keep):
                 self.transfer_failures += 1
                 return False
             await self._restore(snapshot)
@@ -753,15 +764,26 @@ class ReplicatedNode:
         self.transfers += 1
         return True
 
-    async def _acceptable(self, snapshot: Snapshot, provider: ProcessId, rule: str) -> bool:
+    async def _acceptable(
+        self,
+        snapshot: Snapshot,
+        provider: ProcessId,
+        rule: str,
+        keep: tuple[OrderKey, bytes] | None = None,
+    ) -> bool:
         """Whether to restore ``snapshot`` from ``provider``. Without a
         protected prefix (a joiner, the token ring): the other ready replicas
         confirm its digest (:meth:`_confirmations`). EpTO with one: a state whose
         chain holds this replica's protected prefix (the provider says so
         for both cuts) and that the others confirm, or one a majority of the
         replicas hold (the provider and the peers confirming its digest);
-        ``rule`` asks for one of the two alone."""
+        ``rule`` asks for one of the two alone (``"holds"``: the chain
+        holds ``keep``)."""
         protected = self._protected
+        if rule == "holds":
+            if keep is None:
+                return True
+            protected = keep
         if self._ring or protected is None:
             confirm, contradict, ready = await self._confirmations(snapshot, provider)
             return not ready or (confirm >= 1 and contradict < confirm)
@@ -794,7 +816,7 @@ class ReplicatedNode:
                 # The provider holds it (and, past a majority rule, others).
                 self._protected = (snapshot.cut, snapshot.digest)
             self._commits.reset()
-            self._verdicts = AuditVerdicts()
+            self._verdicts = self._new_verdicts()
             self._complete(restored)
             held, self._held_calls = self._held_calls, set()
             self._complete_unknown(held)
@@ -860,6 +882,12 @@ class ReplicatedNode:
 
     # -- a partition with no majority (EpTO) ------------------------------------------
 
+    def _new_verdicts(self) -> AuditVerdicts:
+        """EpTO: one contradiction (and more than confirm) starts a decision
+        (:meth:`_decide`, which keeps what a majority may hold); the token
+        ring fetches on two."""
+        return AuditVerdicts(min_wrong=2 if self._ring else 1)
+
     def _matched(self, cut: OrderKey, digest: bytes) -> None:
         """This replica and a peer both saw that their digests at ``cut``
         (on this replica's chain) are equal: keep it (:attr:`_protected`)."""
@@ -894,7 +922,10 @@ class ReplicatedNode:
         2. else the chain a majority of the replicas hold, if one does (the
            furthest peer's, confirmed by enough others);
         3. else the chain of the lowest-id ready replica (itself included)
-           whose chain holds this replica's protected prefix.
+           that holds the part of this replica's protected prefix a majority
+           may hold: up to the highest cut of its chain held by a majority
+           of the replicas (a peer that does not answer counted as holding
+           all of it).
 
         Not ready (it stopped applying), a ready peer ahead on its own chain
         comes first: it fetches what it lacks."""
@@ -902,13 +933,7 @@ class ReplicatedNode:
         cut, digest = replica.cut, replica.digest
         if cut is None:
             return None
-        protected = self._protected
-        cuts: list[OrderKey | None] = [cut]
-        digests: list[bytes | None] = [digest]
-        if protected is not None:
-            cuts.append(protected[0])
-            digests.append(protected[1])
-        answers = await self._ask_all(cuts, 0.5, digests)
+        answers = await self._ask_all([cut], 0.5, [digest])
         peers = {p: s for p, s in answers.items() if s is not None and s.ready}
 
         def on_my_chain(state: PeerState) -> bool:
@@ -922,7 +947,7 @@ class ReplicatedNode:
         if not ready:
             ahead = [(s.cut, p) for p, s in peers.items() if p in same and s.cut and s.cut > cut]
             if ahead:
-                return _Target(max(ahead)[1], "holds")
+                return _Target(max(ahead)[1], "holds", (cut, digest))
         majority = self._commits.majority
         if 1 + len(same) >= majority:
             return None
@@ -944,15 +969,95 @@ class ReplicatedNode:
                         nursery.start_soon(one, pid)
             if 1 + agree >= majority:
                 return _Target(best, "majority")
-        holders = {
-            p
-            for p, s in peers.items()
-            if protected is None or (len(s.at) > 1 and s.at[1] == protected[1])
-        }
+        # Rule 3: how far each ready peer holds this replica's chain.
+        history = replica.history()
+        forks: dict[ProcessId, int] = {}
+        """Per ready peer, the index in ``history`` of the last pair it holds
+        (-1: none of them)."""
+
+        async def fork(pid: ProcessId) -> None:
+            found = await self._fork(pid, history, peers[pid], on_my_chain(peers[pid]))
+            if found is not None:
+                forks[pid] = found
+
+        async with trio.open_nursery() as nursery:
+            for pid in peers:
+                nursery.start_soon(fork, pid)
+        keys = [c for c, _ in history]
+        for pid, state in answers.items():
+            if state is None or state.ready:
+                continue
+            # Not ready: it answers its cut, not its digests. Empty (a joiner,
+            # a wiped replica), it holds nothing; on this chain, up to its
+            # cut; else unknown.
+            if state.cut is None:
+                forks[pid] = -1
+            elif replica.digest_at(state.cut) == state.digest:
+                forks[pid] = bisect.bisect_right(keys, state.cut) - 1
+        # A peer that did not answer (or lost mid-search, or not ready on
+        # another chain) may hold all of it.
+        held = sorted(
+            [len(history) - 1] * (1 + len(self._peers) - len(forks)) + list(forks.values()),
+            reverse=True,
+        )
+        keep = self._protected
+        h = held[majority - 1]
+        if keep is not None and h >= 0:
+            # Keep only what a majority may hold of the protected prefix.
+            mine = replica.digest_at(keep[0])
+            if mine == keep[1] and history[h][0] < keep[0]:
+                keep = history[h]
+        if keep is None:
+            holders = set(peers)
+        else:
+            i = next((j for j, (c, _) in enumerate(history) if c == keep[0]), None)
+            if i is None:  # out of the recent history: ask directly
+                holders = set()
+                for pid in peers:
+                    state = await self._ask(pid, [keep[0]], 0.0)
+                    if state is not None and state.at == (keep[1],):
+                        holders.add(pid)
+            else:
+                holders = {p for p, f in forks.items() if f >= i}
         winner = min({self.node_config.pid} | holders)
         if winner == self.node_config.pid or winner in same:
             return None
-        return _Target(winner, "holds")
+        return _Target(winner, "holds", keep)
+
+    async def _fork(
+        self,
+        pid: ProcessId,
+        history: list[tuple[OrderKey, bytes]],
+        state: PeerState,
+        same: bool,
+    ) -> int | None:
+        """The index in ``history`` (this replica's recent chain) of the last
+        pair ``pid`` holds (-1: none), found in a few questions of up to
+        :data:`MAX_CUTS` cuts each (a chain holds a prefix: what it holds of
+        ours is a prefix of ``history``); None if it stops answering."""
+        if not history:
+            return -1
+        if same:
+            if state.at and state.at[0] is not None:
+                return len(history) - 1
+            if state.cut is not None:
+                keys = [c for c, _ in history]
+                i = bisect.bisect_right(keys, state.cut) - 1
+                return i if i >= 0 and keys[i] == state.cut else -1
+        lo, hi = -1, len(history) - 1  # history[lo] held (-1: none); past hi not
+        while lo < hi:
+            span = hi - lo
+            picks = sorted({lo + 1 + (span - 1) * j // (MAX_CUTS - 1) for j in range(MAX_CUTS)})
+            answer = await self._ask(pid, [history[i][0] for i in picks], 0.0)
+            if answer is None or not answer.ready:
+                return None
+            held = [i for i, d in zip(picks, answer.at, strict=False) if d == history[i][1]]
+            last = max(held, default=lo)
+            later = [i for i in picks if i > last]
+            lo, hi = last, (min(later) - 1 if later else hi)
+            if not held and not later:
+                break
+        return lo
 
     # -- confirmations and audits -------------------------------------------------------
 

@@ -10,8 +10,8 @@ __all__ = ["AuditVerdicts"]
 class AuditVerdicts:
     """The latest comparable verdict of each peer ("your digest at my cut
     matches mine", or not); :meth:`record` says when to fetch the state again:
-    at least two peers contradict this replica and more contradict than
-    confirm.
+    at least two peers (``min_wrong``) contradict this replica and more
+    contradict than confirm.
 
     Counting peers, not audits, matters: a correct replica in a group of
     three whose third member has a hole asks the two others in turn, and
@@ -19,18 +19,23 @@ class AuditVerdicts:
     Counted per peer it has one confirmation and one contradiction and keeps
     its state; the member with the hole has two contradictions and fetches.
     With one peer alone nobody can tell which of two replicas is wrong, and
-    the state is never fetched on audits.
+    the state is never fetched on audits. An EpTO replica passes
+    ``min_wrong=1``: its verdict only starts a decision that every replica
+    computes alike (docs/rsm.md, *A partition with no majority*), which
+    keeps whatever a majority may hold, so two ready replicas on different
+    branches (the others down or recovering) agree again too.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, min_wrong: int = 2) -> None:
         self._latest: dict[Hashable, bool] = {}
+        self._min_wrong = min_wrong
 
     def record(self, peer: Hashable, matches: bool) -> bool:
         """Note ``peer``'s verdict; whether the state must be fetched again
         (the verdicts are then forgotten: the fetched state starts afresh)."""
         self._latest[peer] = matches
         wrong = sum(not v for v in self._latest.values())
-        if wrong >= 2 and wrong > len(self._latest) - wrong:
+        if wrong >= self._min_wrong and wrong > len(self._latest) - wrong:
             self._latest.clear()
             return True
         return False

@@ -230,6 +230,10 @@ class Replica:
             return self._digests[i]
         return None
 
+    def history(self) -> list[tuple[OrderKey, bytes]]:
+        """The recent (cut, digest) pairs this replica keeps, oldest first."""
+        return list(zip(self._keys, self._digests, strict=True))
+
     def compare(self, cut: OrderKey | None, digest: bytes) -> bool | None:
         """Whether another replica's ``digest`` at ``cut`` matches ours (None:
         we did not apply that cut, or it left our history)."""

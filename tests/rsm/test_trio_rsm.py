@@ -196,8 +196,11 @@ async def _missed_command(configs: dict[int, NodeConfig]) -> None:
         assert all(r.machine.data == {"n": 30} for r in replicas)  # type: ignore[attr-defined]
         status = holed.status()
         # At least the one transfer the lost delivery calls for (EpTO's agreement
-        # is probabilistic: on a loaded machine a replica may miss another).
-        assert lost and status.contradictions >= 2 and status.transfers >= 1
+        # is probabilistic: on a loaded machine a replica may miss another),
+        # after a contradiction: the two others hold another chain (a
+        # majority), which it takes (docs/rsm.md, *A partition with no majority*).
+        assert lost and status.contradictions >= 1 and status.transfers >= 1
+        assert status.resolutions >= 1
 
 
 @pytest.mark.trio
