@@ -84,6 +84,7 @@ from epto.apps._editor import (
     PageFault,
     PageSession,
     StalePage,
+    check_work,
     color_of,
     parse_page_message,
     random_edit,
@@ -602,6 +603,7 @@ class EditorServer:
                 self._waiting.add(page)
                 self.edits_refused += 1
                 return None
+            check_work(message.op, len(self.doc.view))
             rebased, ack = page.receive(message.base, message.op)
             try:
                 # Checked against the view: what every replica takes.

@@ -56,6 +56,13 @@ MAX_REBASE_WORK = 250_000
 edits times the edits of the changes pushed since its revision): a page so
 far behind with so large an edit is refused instead of stalling the replica."""
 
+MAX_APPLY_WORK = 1 << 26
+"""Most characters applying one page edit may copy (its edits times the
+text's length: each edit copies the text, at this replica and at every
+other): a page edit of many edits on a long text is refused instead of
+stalling the group. A page sends one replace per input event; it merges
+what it buffered into few edits."""
+
 MAX_POSITION = 1 << 53
 """Largest number a page message may carry (a JavaScript safe integer)."""
 
@@ -161,6 +168,13 @@ def decode(raw: Any, limit: int = 100, *, max_length: int | None = None) -> Oper
         else:
             raise ValueError("edit argument")
     return tuple(out)
+
+
+def check_work(op: Operation, length: int) -> None:
+    """:class:`PageFault` if applying ``op`` to a text of ``length`` would
+    copy more than :data:`MAX_APPLY_WORK` characters."""
+    if len(op) > 1 and len(op) * (length + 1) > MAX_APPLY_WORK:
+        raise PageFault("too-much-work", f"{len(op)} edits on a text of {length}")
 
 
 class StalePage(ValueError):

@@ -217,6 +217,9 @@ class TextDocument(StateMachine):
         last part is still to come."""
         # Local state.
         self._pending: deque[Operation] = deque()
+        self._view = ""
+        """The confirmed text with the pending edits applied (kept, not
+        recomputed: it is read for every page message and every caret)."""
         self._in_flight: tuple[int, int] | None = None
         """(seq, ref) of this author's operation in the total order."""
         self._seq = 0
@@ -230,17 +233,15 @@ class TextDocument(StateMachine):
     @property
     def view(self) -> str:
         """What the local user sees: the confirmed text plus pending edits."""
-        text = self.text
-        for op in self._pending:
-            text = apply(text, op)
-        return text
+        return self._view
 
     def local_edit(self, op: Operation) -> None:
         """An edit of the local view: shown at once, replicated in order.
         :class:`ValueError` (nothing changes) unless every edit lies within
         the text it applies to and the view stays within ``max_length``."""
         op = tuple(op)
-        checked(len(self.view), op, self._max_length)
+        checked(len(self._view), op, self._max_length)
+        self._view = apply(self._view, op)
         self._pending.append(op)
         self.changes.append(Change(op=op, remote=False))
         self._send_next()
@@ -415,9 +416,15 @@ class TextDocument(StateMachine):
         self._refs[author] = (ref, self.version)
         self._collect()
         if own:
-            # The local view already holds it in this form.
+            # The local view already holds it in this form (the view is
+            # rebuilt from the text all the same: it is what the group
+            # agrees on, should the two ever differ).
             self._pending.popleft()
             self._in_flight = None
+            view = self.text
+            for pending in self._pending:
+                view = apply(view, pending)
+            self._view = view
             self._send_next()
         else:
             self._rebase_pending(final)
@@ -428,6 +435,7 @@ class TextDocument(StateMachine):
         drop what is pending and show the group's text."""
         self._pending.clear()
         self._in_flight = None
+        self._view = self.text
         self.changes.append(Change(op=(), remote=True))
 
     def _rebase_pending(self, remote: Operation) -> None:
@@ -439,6 +447,8 @@ class TextDocument(StateMachine):
             op2, incoming = transform(op, incoming, a_first=False)
             rebased.append(op2)
         self._pending = rebased
+        # The same text as the confirmed one with the rebased edits (TP1).
+        self._view = apply(self._view, incoming)
         self.changes.append(Change(op=incoming, remote=True))
 
     def _collect(self) -> None:
@@ -495,6 +505,7 @@ class TextDocument(StateMachine):
         self._history, self._refs, self._authors, self._partial = history, refs, authors, partial
         self._pending.clear()
         self._in_flight = None
+        self._view = text
         self.changes.append(Change(op=(), remote=True))
 
     def history_size(self) -> int:

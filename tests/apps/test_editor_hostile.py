@@ -33,7 +33,17 @@ from epto.transports.trio_rsm import ReplicaConfig
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from epto.apps._editor import MAX_PAGE_MESSAGE, PageModel
+from epto.apps._editor import (
+    MAX_PAGE_MESSAGE,
+    PageCursor,
+    PageEdit,
+    PageFault,
+    PageModel,
+    PageSession,
+    StalePage,
+    check_work,
+    parse_page_message,
+)
 from epto.apps._ot import Delete, Insert
 from epto.endpoint import NodeConfig
 
@@ -341,6 +351,53 @@ def _fill(head: str | bytes, server: EditorServer) -> bytes:
     url = urllib.parse.urlsplit(server.url)
     token = urllib.parse.parse_qs(url.query).get("token", [""])[0]
     return head.replace("{token}", token).replace("{host}", url.netloc).encode("utf-8")
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ("[" * 100_000, "not-json"),  # RecursionError in the parser
+        ("9" * 5000, "not-json"),  # above the int conversion limit
+        ("x" * (MAX_PAGE_MESSAGE + 1), "too-large"),
+        ("[]", "not-an-object"),
+        ('{"type": "nope"}', "unknown-type"),
+        ('{"type": "cursor", "base": 1, "pos": -1, "end": -1}', "out-of-range"),
+        ('{"type": "cursor", "base": 1, "pos": true, "end": 0}', "bad-field"),
+        ('{"type": "cursor", "base": 1, "pos": 1.0, "end": 0}', "bad-field"),
+        ('{"type": "cursor", "base": 1, "pos": 0}', "bad-field"),
+        ('{"type": "edit", "base": -1, "edits": []}', "out-of-range"),
+        ('{"type": "edit", "base": 1, "edits": [["i", 100000000, "x"]]}', "bad-edits"),
+        ('{"type": "edit", "base": 1, "edits": [["d", 0, false]]}', "bad-edits"),
+        ('{"type": "edit", "base": 1, "edits": [["i", 0, 5]]}', "bad-edits"),
+        ('{"type": "edit", "base": 1, "edits": {}}', "bad-edits"),
+        ('{"type": "edit", "base": 1, "edits": [["i", 0, "a"]]' + ', "x": 1}', None),
+        ('{"type": "cursor", "base": 1, "pos": 2, "end": 0}', None),
+    ],
+)
+def test_page_messages_are_checked_whole(raw: str, reason: str | None) -> None:
+    if reason is None:
+        assert isinstance(parse_page_message(raw, max_length=1000), PageEdit | PageCursor)
+        return
+    with pytest.raises(PageFault) as fault:
+        parse_page_message(raw, max_length=1000)
+    assert fault.value.reason == reason
+
+
+def test_revisions_never_sent_and_edits_too_costly_are_faults() -> None:
+    session = PageSession()
+    session.reset("abc")
+    session.reset("abc")  # revision 2; edits made on 1 were made before it
+    with pytest.raises(StalePage):
+        session.receive(1, (Insert(0, "x"),))
+    with pytest.raises(PageFault, match="bad-revision"):
+        session.receive(3, (Insert(0, "x"),))  # never sent
+    for _ in range(600):
+        session.push((Insert(0, "y"),))
+    with pytest.raises(PageFault, match="too-far-behind"):
+        session.receive(2, tuple(Insert(0, "z") for _ in range(1000)))
+    check_work((Insert(0, "z"),), 10**7)  # one edit on a long text: fine
+    with pytest.raises(PageFault, match="too-much-work"):
+        check_work(tuple(Insert(0, "z") for _ in range(100)), 10**6)
 
 
 @pytest.fixture(scope="module")
