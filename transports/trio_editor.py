@@ -475,7 +475,9 @@ class EditorServer:
         """An edit of the local view by this replica's user (a bot, a test).
         Refused (:class:`~epto.transports.trio_rsm.ReplicaNotReadyError`)
         while the replica is not ready: it would be an edit of a text that is
-        not the group's."""
+        not the group's; :class:`ValueError` (nothing changes) for an edit
+        outside the view or one that would make it longer than the
+        document's ``max_length``."""
         if not self.ready:
             raise ReplicaNotReadyError("the replica is not ready: its text is not the group's yet")
         self.doc.local_edit(op)
