@@ -135,6 +135,12 @@ class Durability:
             self._log.delete_before(oldest)
         return path
 
+    def flush(self) -> None:
+        """Hand the log records buffered so far to the OS (no ``fsync``): what
+        this replica tells a peer it holds survives a kill of its process."""
+        if self._log is not None:
+            self._log.flush()
+
     def close(self) -> None:
         if self._log is not None:
             self._log.close()

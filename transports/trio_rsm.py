@@ -191,6 +191,8 @@ class ReplicatedNode:
         the restore, with their result or, when the fetched state covers
         them, as unknown."""
         self._durable = Durability.of(cfg, node.pid)
+        self._writing = False
+        """A worker thread is writing a snapshot (and flushing the log)."""
         self.transfers = 0
         self.transfer_failures = 0
         self.states_refused = 0
@@ -485,7 +487,11 @@ class ReplicatedNode:
         ``_applying`` (nothing changes the machine meanwhile): the node keeps
         serving the group, however long a large state takes to write."""
         if self._durable is not None and self.replica.ready:
-            await trio.to_thread.run_sync(self._durable.snapshot, self.replica)
+            self._writing = True
+            try:
+                await trio.to_thread.run_sync(self._durable.snapshot, self.replica)
+            finally:
+                self._writing = False
 
     async def _snapshot_for_peer(self) -> Snapshot:
         """The state for a newcomer, taken in a worker thread between two
@@ -894,6 +900,12 @@ class ReplicatedNode:
         protected = self._protected
         if protected is None or cut > protected[0]:
             self._protected = (cut, digest)
+        if self._durable is not None and not self._writing:
+            # Before the match is answered or counted: what a peer may count
+            # this replica as holding is in its log if its process is killed.
+            # (A snapshot being written in a worker thread flushes the log
+            # itself, first.)
+            self._durable.flush()
 
     async def _resolve_loop(self) -> None:
         """When the audits say this replica's prefix is not the group's,
