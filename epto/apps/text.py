@@ -387,6 +387,9 @@ class TextDocument(StateMachine):
             op = _decode(edits, self._max_length)
         else:
             op = piece
+            # An operation of its author's left unfinished (its start died
+            # between parts) is never finished now.
+            self._partial.pop(author, None)
         if not self.floor <= ref <= self.version:
             self.refused += 1
             if own:

@@ -344,3 +344,17 @@ def test_a_state_that_is_not_a_documents_is_refused_and_changes_nothing(state: b
     with pytest.raises(ValueError):
         doc.restore(state)
     assert (doc.text, doc.version, doc.history_size()) == ("kept", 1, 1)
+
+
+def test_an_operation_left_in_parts_by_an_earlier_start_is_forgotten() -> None:
+    docs = [TextDocument(p, max_part_size=100) for p in (1, 2)]
+    a, b = docs
+    a.local_edit((Insert(0, "q" * 300),))
+    _deliver(docs, a.take_outgoing()[:1])  # then its process died
+    again = TextDocument(1, max_part_size=100)
+    again.restore(b.snapshot())
+    again.number_from(1 << 32)
+    again.local_edit((Insert(0, "new"),))
+    _deliver([again, b], again.take_outgoing())
+    assert again.text == b.text == "new"
+    assert b"qqq" not in b.snapshot()
