@@ -91,8 +91,8 @@ def _start(mode: str, tmp: Path, n: int = 3) -> tuple[list[subprocess.Popen[byte
     return procs, urls
 
 
-@pytest.fixture
-def browser() -> Iterator[Any]:
+def chrome() -> Any:
+    """A headless Chromium driven through the system chromedriver."""
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
@@ -107,6 +107,12 @@ def browser() -> Iterator[Any]:
         options.add_argument(flag)
     driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
     driver.set_script_timeout(10)
+    return driver
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    driver = chrome()
     try:
         yield driver
     finally:

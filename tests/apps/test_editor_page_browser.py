@@ -27,8 +27,7 @@ import pytest
 from epto.apps._editor import PageSession, StalePage, decode
 from epto.apps._ot import Delete, Insert, apply
 
-from .test_editor_browser import By
-from .test_editor_browser import browser as browser
+from .test_editor_browser import By, chrome
 
 WAIT = 20.0
 PAGE = resources.files("epto.apps").joinpath("editor_static", "index.html").read_bytes()
@@ -54,6 +53,16 @@ class Refusing(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    # One browser for the module: every test loads its page afresh.
+    driver = chrome()
+    try:
+        yield driver
+    finally:
+        driver.quit()
 
 
 @pytest.fixture
@@ -125,10 +134,10 @@ let p = kind === "continue" ? toCp(ta.value, ta.selectionEnd) : Math.floor(a * (
 p = Math.min(p, n);
 const m = Math.min(n - p, Math.floor(b * 4));
 let inputType = "insertText", caret = p + cps(s).length;
-if (kind === "type" || kind === "continue") arr.splice(p, 0, ...cps(s));
+if (kind === "type" || kind === "continue") insertAt(arr, p, cps(s));
 else if (kind === "delete") {
     arr.splice(p, Math.max(m, 1)); inputType = "deleteContentBackward"; caret = p;
-} else { arr.splice(p, m, ...cps(s)); inputType = "insertFromPaste"; }
+} else { arr.splice(p, m); insertAt(arr, p, cps(s)); inputType = "insertFromPaste"; }
 ta.value = arr.join("");
 ta.setSelectionRange(toU16(arr, caret), toU16(arr, caret));
 ta.dispatchEvent(new InputEvent("input", {inputType}));
@@ -375,3 +384,30 @@ def test_a_name_tag_stays_inside_the_box(browser: Any) -> None:
     (_, first, first_caret), (_, lower, lower_caret) = tags
     assert first[0] >= first_caret[0]  # below its caret
     assert lower[1] <= lower_caret[0] + 1  # above its caret
+
+
+def test_a_long_paste_is_one_step_sent_in_several_messages(browser: Any) -> None:
+    # The replica takes messages of at most 4 Mi characters: a paste of
+    # 1,100,000 characters leaves in three, one after the other, and is
+    # still one undo step.
+    page = resources.files("epto.apps").joinpath("editor_static", "index.html")
+    with resources.as_file(page) as path:
+        browser.get(path.as_uri())
+    server = ModelServer(browser, random.Random(1))
+    server.connect()
+    while server.to_page:
+        server.to_the_page()
+    browser.execute_script(LOCAL, "paste", 0.0, 0.0, "ab" * 550_000)
+    sizes = []
+    for _ in range(10):
+        server.collect()
+        edits = [json.loads(m) for m in server.to_server]
+        sizes += [[len(e[2]) for e in m["edits"]] for m in edits if m["type"] == "edit"]
+        while server.to_server:
+            server.to_the_server()
+        while server.to_page:
+            server.to_the_page()
+    assert sizes == [[500_000], [500_000], [100_000]]
+    assert server.settle() == "ab" * 550_000
+    browser.execute_script("undo()")
+    assert server.settle() == ""
