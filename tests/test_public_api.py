@@ -203,6 +203,7 @@ EXPORTS: dict[str, frozenset[str]] = {
             "AtomsProcess",
             "AtomsStatistics",
             "GraphChange",
+            "Latencies",
             "SequencingGraph",
             "check_graph",
             "zipf_memberships",
@@ -248,6 +249,7 @@ EXPORTS: dict[str, frozenset[str]] = {
             "SimulationSpec",
             "SimulationStalled",
             "TokenRingCluster",
+            "TransitStubLatency",
             "UniformLatency",
             "run_simulation",
         }

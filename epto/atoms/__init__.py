@@ -17,6 +17,7 @@ from ._config import zipf_memberships as zipf_memberships
 from ._graph import SequencingGraph as SequencingGraph
 from ._model import Atom as Atom
 from ._model import GraphChange as GraphChange
+from ._placement import Latencies as Latencies
 from ._process import AtomsProcess as AtomsProcess
 from ._process import AtomsStatistics as AtomsStatistics
 
@@ -26,6 +27,7 @@ __all__ = [
     "AtomsProcess",
     "AtomsStatistics",
     "GraphChange",
+    "Latencies",
     "SequencingGraph",
     "check_graph",
     "zipf_memberships",

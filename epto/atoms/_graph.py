@@ -129,8 +129,8 @@ class SequencingGraph:
         member_hosts: bool = False,
     ) -> None:
         if latency is None or isinstance(latency, Latencies):
-            if sites is not None and latency is None:
-                raise ValueError("sites need latencies")
+            if sites is not None:
+                raise ValueError("sites go with a latency matrix or model")
             self._latencies = latency
         else:
             self._latencies = Latencies(latency, sites)

@@ -14,8 +14,7 @@ from epto.transports.simulation import PlanetLabLatency, SimulationSpec, run_sim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from epto.atoms import SequencingGraph, check_graph, zipf_memberships
-from epto.atoms._placement import Latencies
+from epto.atoms import Latencies, SequencingGraph, check_graph, zipf_memberships
 
 NODES = 16
 
@@ -168,8 +167,10 @@ def test_inputs_refused() -> None:
         SequencingGraph(PlanetLabLatency())
     with pytest.raises(ValueError, match="sites"):
         SequencingGraph([[0.0, 1.0], [1.0, 0.0]], sites=[5])
-    with pytest.raises(ValueError, match="need latencies"):
+    with pytest.raises(ValueError, match="sites go with"):
         SequencingGraph(sites=[1])
+    with pytest.raises(ValueError, match="sites go with"):
+        SequencingGraph(Latencies(plane(0, 4)), sites=[1])
     graph = SequencingGraph(plane(0, 4))
     graph.add_group(0, {0, 1, 2})
     with pytest.raises(ValueError, match="not sites"):
