@@ -235,16 +235,24 @@ class Presence:
                 self.configured[pid] = parsed
         self.learned: dict[int, tuple[tuple[str, int], float, bool]] = {}
         """author -> (address, when it expires, heard directly from it)."""
+        self._told = 0
+        """Where the next datagram's addresses start."""
         self.locate: Locate | None = None
         """Brings an anchored caret into the local view (the server's
         document's :meth:`~epto.apps.text.TextDocument.locate`)."""
 
     def datagram(self, name: str, color: str, version: int, pos: int, end: int) -> bytes:
         """This replica's presence datagram: its caret and selection end
-        anchored at ``version``, and addresses it heard from."""
+        anchored at ``version``, and up to :data:`MAX_GOSSIP` of the
+        addresses it was given or heard from, the next ones each time (so
+        that every one of them is told, however many there are)."""
         told = [(p, f"{h}:{port}") for p, (h, port) in self.configured.items()]
         told += [(p, f"{a[0]}:{a[1]}") for p, (a, _, direct) in self.learned.items() if direct]
-        note = PresenceNote(name, color, version, pos, end, tuple(told[:MAX_GOSSIP]))
+        if len(told) > MAX_GOSSIP:
+            start = self._told % len(told)
+            self._told += MAX_GOSSIP
+            told = (told[start:] + told[:start])[:MAX_GOSSIP]
+        note = PresenceNote(name, color, version, pos, end, tuple(told))
         return self.codec.encode(self.own, note)[0]
 
     def _accepts(self, author: int) -> bool:

@@ -205,3 +205,12 @@ def test_learned_addresses_and_open_cursors_are_bounded() -> None:
     plain = _presence(1, [2, 7, 8, 9])
     assert not plain.heard(codec.encode(2, note)[0], 0.0)
     assert plain.learned == {} and plain.codec.rejected["bad-value"] == 1
+
+
+def test_every_address_is_told_however_many_there_are() -> None:
+    peers = {p: f"127.0.0.{p}:{1000 + p}" for p in range(2, 22)}  # 20 of them
+    sender = _presence(1, peers, peers=peers)
+    receiver = _presence(30, range(1, 22), max_peers=64)
+    for _ in range(3):
+        assert receiver.heard(sender.datagram("A", "red", 0, 0, 0), 0.0, ("127.0.0.1", 1001))
+    assert set(receiver.addresses()) >= {(f"127.0.0.{p}", 1000 + p) for p in peers}
