@@ -5,7 +5,10 @@ them, and answers the one question the construction asks: along which
 directed path do these atoms lie, if they do? It mutates only through
 :meth:`Forest.link` and :meth:`Forest.unlink`; keeping it a polytree is the
 caller's job (:class:`epto.atoms.SequencingGraph` links two atoms only when
-they are in different trees).
+they are in different trees). The functions below are the latency-blind
+construction's steps on a forest and its routes: chain the segments of a
+group into one path, trim a route to its serving atoms, replace an atom on
+a route, and tell whether new edges keep the forest loop-free.
 """
 
 from __future__ import annotations
@@ -150,3 +153,55 @@ def _steiner_path(
     if backward:
         return tuple(reversed(order))
     return None
+
+
+def join_segments(
+    forest: Forest, stamps: set[int], new: set[int], new_first: bool
+) -> tuple[int, ...] | None:
+    """Link the segments of ``stamps`` into one directed path; None if some
+    tree holds them off a directed path."""
+    segments = forest.segments(stamps)
+    if segments is None:
+        return None
+    if len(segments) > 1:
+        segments.sort(key=lambda s: (all(a in new for a in s) != new_first, min(s)))
+        for before, after in itertools.pairwise(segments):
+            forest.link(before[-1], after[0])
+    return tuple(a for s in segments for a in s)
+
+
+def trim(route: tuple[int, ...], stamps: set[int]) -> tuple[int, ...]:
+    """``route`` from its first to its last atom in ``stamps`` (``()`` if none)."""
+    spots = [i for i, a in enumerate(route) if a in stamps]
+    return route[spots[0] : spots[-1] + 1] if spots else ()
+
+
+def replace_atom(route: tuple[int, ...], old: int, new: int) -> tuple[int, ...]:
+    """``route`` with ``old`` played by ``new`` (merged when adjacent)."""
+    if old not in route:
+        return route
+    out: list[int] = []
+    for a in route:
+        a = new if a == old else a
+        if not out or out[-1] != a:
+            out.append(a)
+    return tuple(out)
+
+
+def acyclic(pairs: set[tuple[int, int]]) -> bool:
+    """Whether the undirected edges ``pairs`` form a forest (union-find)."""
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for u, v in pairs:
+        ru, rv = find(u), find(v)
+        if ru == rv:
+            return False
+        parent[ru] = rv
+    return True

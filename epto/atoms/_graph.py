@@ -57,6 +57,12 @@ retiring atoms.
 **Ingress.** The host of the first atom of the route, or, for a group
 without a double overlap, its smallest member.
 
+Size: about 470 lines: one class keeps the bookkeeping both constructions
+share (atoms, pairs, served sets, stamps, ids) and the latency-blind
+construction's joins, rebuilds and removals, which read and write that
+bookkeeping together; the path finding is in ``_forest.py`` and the layout
+for latency in ``_placement.py``.
+
 **With latencies** (``SequencingGraph(latency=...)``) placement and routes
 follow :mod:`epto.atoms._placement` instead: atoms are co-located on
 sequencing machines by a greedy cover of the overlaps, each machine sits
@@ -79,7 +85,7 @@ from collections.abc import Iterable, Mapping
 import attrs
 
 from ._check import check_graph
-from ._forest import Forest
+from ._forest import Forest, acyclic, join_segments, replace_atom, trim
 from ._model import Atom, GraphChange
 from ._placement import Latencies, LatencyInput, lay_out
 
@@ -348,7 +354,7 @@ class SequencingGraph:
             routes: dict[int, tuple[int, ...]] = {}
             order = reversed(affected) if descending else affected
             for g in order:
-                route = _join(forest, self._stamps[g], new, new_first)
+                route = join_segments(forest, self._stamps[g], new, new_first)
                 if route is None:
                     break
                 routes[g] = route
@@ -365,7 +371,7 @@ class SequencingGraph:
             self._forest.clear_edges()
             routes: dict[int, tuple[int, ...]] = {}
             for g in order:
-                route = _join(self._forest, self._stamps[g], set(), False)
+                route = join_segments(self._forest, self._stamps[g], set(), False)
                 if route is None:
                     break
                 routes[g] = route
@@ -423,7 +429,7 @@ class SequencingGraph:
             return GraphChange(
                 retired=tuple(retiring), rerouted=self._rerouted(where), rebuilt=True, moved=moved
             )
-        routes = {g: _trim(route, self._stamps[g]) for g, route in self._routes.items()}
+        routes = {g: trim(route, self._stamps[g]) for g, route in self._routes.items()}
         for aid in retiring:
             routes = self._retire(aid, routes)
         used = {(u, v) for r in routes.values() for u, v in itertools.pairwise(r)}
@@ -444,7 +450,7 @@ class SequencingGraph:
             i = r.index(aid)
             bypass.add((r[i - 1], r[i + 1]))
         forest = self._forest
-        if _acyclic(bypass):
+        if acyclic(bypass):
             forest.remove_atom(aid)
             for u, v in sorted(bypass):
                 forest.link(u, v)
@@ -459,53 +465,4 @@ class SequencingGraph:
             forest.link(into, v)
         for u in ins:
             forest.link(u, into)
-        return {g: _replace(r, aid, into) for g, r in routes.items()}
-
-
-def _join(
-    forest: Forest, stamps: set[int], new: set[int], new_first: bool
-) -> tuple[int, ...] | None:
-    """Link the segments of ``stamps`` into one directed path; None if some
-    tree holds them off a directed path."""
-    segments = forest.segments(stamps)
-    if segments is None:
-        return None
-    if len(segments) > 1:
-        segments.sort(key=lambda s: (all(a in new for a in s) != new_first, min(s)))
-        for before, after in itertools.pairwise(segments):
-            forest.link(before[-1], after[0])
-    return tuple(a for s in segments for a in s)
-
-
-def _trim(route: tuple[int, ...], stamps: set[int]) -> tuple[int, ...]:
-    spots = [i for i, a in enumerate(route) if a in stamps]
-    return route[spots[0] : spots[-1] + 1] if spots else ()
-
-
-def _replace(route: tuple[int, ...], old: int, new: int) -> tuple[int, ...]:
-    if old not in route:
-        return route
-    out: list[int] = []
-    for a in route:
-        a = new if a == old else a
-        if not out or out[-1] != a:
-            out.append(a)
-    return tuple(out)
-
-
-def _acyclic(pairs: set[tuple[int, int]]) -> bool:
-    parent: dict[int, int] = {}
-
-    def find(x: int) -> int:
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for u, v in pairs:
-        ru, rv = find(u), find(v)
-        if ru == rv:
-            return False
-        parent[ru] = rv
-    return True
+        return {g: replace_atom(r, aid, into) for g, r in routes.items()}
