@@ -50,6 +50,7 @@ def test_undo_and_redo_across_two_authors(browser: Any, tmp_path: Path) -> None:
         assert pages.converged() == "1 alpha beta gamma"
         pages.type(brian, REDO_Y)
         assert pages.converged() == "1 alpha beta gamma!"
+        assert [pages.js(i, "return window.epto.notSent()") for i in (ada, brian)] == [None, None]
     finally:
         for proc in procs:
             proc.terminate()
