@@ -30,7 +30,7 @@ from epto.transports._ports import free_ports
 from epto.transports._trio.websocket import WebSocket, WebSocketClosed, connect_page
 from epto.transports.trio_editor import EditorConfig, EditorServer
 from epto.transports.trio_rsm import ReplicaConfig
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from epto.apps._editor import (
@@ -438,7 +438,14 @@ def test_thousands_of_hostile_messages_leave_every_replica_up_and_equal(
     rss_before = _resident()
     done = {"pages": 0, "http": 0}
 
-    @settings(max_examples=PAGE_MESSAGES, derandomize=True, deadline=None, database=None)
+    @settings(
+        max_examples=PAGE_MESSAGES,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        # Deterministic examples; their generation time depends on the machine's load.
+        suppress_health_check=list(HealthCheck),
+    )
     @given(index=st.integers(0, 2), raw=_raw_pages)
     def pages(index: int, raw: str) -> None:
         done["pages"] += 1
@@ -446,7 +453,14 @@ def test_thousands_of_hostile_messages_leave_every_replica_up_and_equal(
             group.call(group.truncate)
         group.call(group.page_message, index, raw)
 
-    @settings(max_examples=HTTP_REQUESTS, derandomize=True, deadline=None, database=None)
+    @settings(
+        max_examples=HTTP_REQUESTS,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        # Deterministic examples; their generation time depends on the machine's load.
+        suppress_health_check=list(HealthCheck),
+    )
     @given(index=st.integers(0, 2), head=_heads)
     def requests(index: int, head: str | bytes) -> None:
         done["http"] += 1
