@@ -229,10 +229,12 @@ class Presence:
         self.cursors: dict[int, Cursor] = {}
         self.refused = 0
         self.configured: dict[int, tuple[str, int]] = {}
+        """The addresses given (a host name too: the operator's, resolved
+        when sent to; only IPv4 literals are told to others)."""
         for pid, address in (peers or {}).items():
-            parsed = parse_address(address)
-            if pid != own and parsed is not None:
-                self.configured[pid] = parsed
+            host, _, port = address.rpartition(":")
+            if pid != own and host and port.isdigit() and 0 < int(port) < 65536:
+                self.configured[pid] = (host.strip("[]"), int(port))
         self.learned: dict[int, tuple[tuple[str, int], float, bool]] = {}
         """author -> (address, when it expires, heard directly from it)."""
         self._told = 0
@@ -246,7 +248,11 @@ class Presence:
         anchored at ``version``, and up to :data:`MAX_GOSSIP` of the
         addresses it was given or heard from, the next ones each time (so
         that every one of them is told, however many there are)."""
-        told = [(p, f"{h}:{port}") for p, (h, port) in self.configured.items()]
+        told = [
+            (p, f"{h}:{port}")
+            for p, (h, port) in self.configured.items()
+            if parse_address(f"{h}:{port}") is not None
+        ]
         told += [(p, f"{a[0]}:{a[1]}") for p, (a, _, direct) in self.learned.items() if direct]
         if len(told) > MAX_GOSSIP:
             start = self._told % len(told)

@@ -214,3 +214,11 @@ def test_every_address_is_told_however_many_there_are() -> None:
     for _ in range(3):
         assert receiver.heard(sender.datagram("A", "red", 0, 0, 0), 0.0, ("127.0.0.1", 1001))
     assert set(receiver.addresses()) >= {(f"127.0.0.{p}", 1000 + p) for p in peers}
+
+
+def test_a_configured_name_is_sent_to_but_not_told() -> None:
+    sender = _presence(1, [2, 3], peers={2: "localhost:2002", 3: "127.0.0.3:2003", 4: "bad"})
+    assert set(sender.addresses()) == {("localhost", 2002), ("127.0.0.3", 2003)}
+    receiver = _presence(5, [1, 2, 3])
+    assert receiver.heard(sender.datagram("A", "red", 0, 0, 0), 0.0)
+    assert receiver.addresses() == [("127.0.0.3", 2003)]
