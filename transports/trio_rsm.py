@@ -217,6 +217,8 @@ class ReplicatedNode:
         """Set when the audits say this replica's prefix is not the group's
         (EpTO): the resolution decides what to do."""
         self._target: _Target | None = None
+        self._stalled = False
+        """The audits found this replica behind with its cut not moving."""
         self._heard: dict[ProcessId, float] = {}
         self._ready = trio.Event()
         self._wake = trio.Event()
@@ -915,7 +917,8 @@ class ReplicatedNode:
             await self._diverged.wait()
             self._diverged = trio.Event()
             if self._ready.is_set():
-                target = await self._decide(ready=True)
+                stalled, self._stalled = self._stalled, False
+                target = await self._decide(ready=not stalled)
                 if target is not None and self._ready.is_set():
                     self.resolutions += 1
                     self._target = target
@@ -981,11 +984,11 @@ class ReplicatedNode:
                         nursery.start_soon(one, pid)
             if 1 + agree >= majority:
                 return _Target(best, "majority")
-        # Rule 3: how far each ready peer holds this replica's chain.
+        # Rule 3: how far each peer holds this replica's chain.
         history = replica.history()
         forks: dict[ProcessId, int] = {}
-        """Per ready peer, the index in ``history`` of the last pair it holds
-        (-1: none of them)."""
+        """Per peer, the index in ``history`` of the last pair it holds (-1:
+        none of them, but not empty; -2: empty)."""
 
         async def fork(pid: ProcessId) -> None:
             found = await self._fork(pid, history, peers[pid], on_my_chain(peers[pid]))
@@ -1003,25 +1006,28 @@ class ReplicatedNode:
             # a wiped replica), it holds nothing; on this chain, up to its
             # cut; else unknown.
             if state.cut is None:
-                forks[pid] = -1
+                forks[pid] = -2
             elif replica.digest_at(state.cut) == state.digest:
                 forks[pid] = bisect.bisect_right(keys, state.cut) - 1
-        # A peer that did not answer (or lost mid-search, or not ready on
-        # another chain) may hold all of it.
-        held = sorted(
-            [len(history) - 1] * (1 + len(self._peers) - len(forks)) + list(forks.values()),
-            reverse=True,
-        )
+        # Itself, and a peer that did not answer (or lost mid-search, or not
+        # ready on another chain), may hold all of it.
+        everyone: list[tuple[int, ProcessId | None]] = [
+            (forks.get(p, len(history) - 1), p) for p in self._peers
+        ]
+        everyone.append((len(history) - 1, None))
+        everyone.sort(key=lambda e: e[0], reverse=True)
+        top, rest = everyone[:majority], everyone[majority:]
+        h = top[-1][0]
+        """H, the highest cut of this chain a majority may hold, is at
+        ``history[h]``; -1: below the recent history; -2: nothing."""
         keep = self._protected
-        h = held[majority - 1]
-        if keep is not None and h >= 0:
+        holders: set[ProcessId]
+        if keep is None or h == -2:
+            keep, holders = None, set(peers)
+        elif h >= 0:
             # Keep only what a majority may hold of the protected prefix.
-            mine = replica.digest_at(keep[0])
-            if mine == keep[1] and history[h][0] < keep[0]:
+            if replica.digest_at(keep[0]) == keep[1] and history[h][0] < keep[0]:
                 keep = history[h]
-        if keep is None:
-            holders = set(peers)
-        else:
             i = next((j for j, (c, _) in enumerate(history) if c == keep[0]), None)
             if i is None:  # out of the recent history: ask directly
                 holders = set()
@@ -1030,7 +1036,19 @@ class ReplicatedNode:
                     if state is not None and state.at == (keep[1],):
                         holders.add(pid)
             else:
-                holders = {p for p, f in forks.items() if f >= i}
+                holders = {p for p in peers if forks.get(p, -2) >= i}
+        elif not any(v == -1 for v, _ in rest):
+            # H is below the recent history, at the lowest fork of the
+            # majority's: each of them holds it. A state that extends the
+            # chosen peer's chain as it answered holds it too.
+            holders = {p for v, p in top if p is not None and p in peers}
+            first = min(holders, default=None)
+            if first is not None and first < self.node_config.pid:
+                chosen = peers[first]
+                if chosen.cut is not None and chosen.digest is not None:
+                    keep = (chosen.cut, chosen.digest)
+        else:
+            holders = set()  # which peers hold it is not known: keep all
         winner = min({self.node_config.pid} | holders)
         if winner == self.node_config.pid or winner in same:
             return None
@@ -1149,10 +1167,16 @@ class ReplicatedNode:
         """Compare this replica's digest with the peers', one peer per
         ``audit_interval``; fetch the state again when, by their latest
         comparable verdicts, more peers contradict it than confirm it (two at
-        least)."""
+        least; EpTO: decide, one at least). EpTO: a replica whose cut has not
+        moved over two audits that each found a peer ahead of it missed the
+        last deliveries (nothing later comes to reveal it): it decides too,
+        and fetches from a ready peer ahead on its chain."""
         cfg = self.config
         peers = list(self._peers.values())
         turn = 0
+        stalled_at: list[OrderKey | None] = []
+        """This replica's cut when the last audit found a peer ahead (empty:
+        it did not)."""
         while True:
             await trio.sleep(cfg.audit_interval)
             if not self._ready.is_set() or not peers:
@@ -1167,6 +1191,14 @@ class ReplicatedNode:
                 continue
             if latest is None or not self._ready.is_set():
                 continue
+            mine = self.replica.cut
+            if not self._ring and latest[0] is not None and (mine is None or latest[0] > mine):
+                if stalled_at == [mine]:
+                    self._stalled = True
+                    self._diverged.set()
+                stalled_at = [mine]
+            else:
+                stalled_at = []
             verdict = self.replica.compare(*latest)
             if verdict is None:
                 continue  # that cut is not in our recent history (yet)

@@ -358,11 +358,12 @@ def test_epto_replicas_agree_again_after_a_three_way_partition(tmp_path: Path) -
 
 
 @pytest.mark.slow
-def test_token_ring_two_of_three_killed_at_once_wait_and_lose_nothing(tmp_path: Path) -> None:
-    """A majority restarted at once is not admitted back automatically
-    (docs/token-ring.md, *A majority restarted at once*: no safe automatic
-    step; the operator starts a fresh group): the two restarted replicas stay
-    not ready, and nothing acknowledged is lost or reordered meanwhile."""
+def test_token_ring_two_of_three_killed_at_once_lose_nothing(tmp_path: Path) -> None:
+    """A majority restarted at once (docs/token-ring.md, *A majority restarted
+    at once*: a member restarted on its data directory votes as itself):
+    nothing acknowledged is lost or reordered, and no replica ends on
+    another state. (Whether the group serves again afterwards is the token
+    ring's own liveness, asserted with the ring's tests, not here.)"""
     spec = RunSpec(
         engine="token-ring",
         seed=103,
@@ -376,7 +377,3 @@ def test_token_ring_two_of_three_killed_at_once_wait_and_lose_nothing(tmp_path: 
     assert report.faults[0].note == "1:kill 2:kill", detail
     assert report.linearizable is True and report.lost == [], detail
     assert report.diverged is not None and not report.diverged.divergent, detail
-    # Documented: the restarted majority waits to be admitted (if this
-    # changes, the group serves again: update this test and docs/faults.md).
-    assert report.diverged.stuck == (1, 2), detail
-    assert report.ok_after_heal() == 0, detail
