@@ -124,7 +124,7 @@ def test_a_stopped_replica_leaves_its_page_read_only_with_its_reason(browser: An
 FAKE = """
 window.sent = [];
 ws = {readyState: 1, send(m) { window.sent.push(m); }};
-opened_();
+wsOpened();
 """
 
 LOCAL = """
@@ -177,7 +177,7 @@ class ModelServer:
         for raw in self.to_server[:arrive]:
             self.at_server(raw)
         self.to_server, self.to_page, self.session = [], [], None
-        self.js("ws.readyState = 3; closed();")
+        self.js("ws.readyState = 3; wsClosed();")
 
     def set_ready(self, ready: bool) -> None:
         self.ready = ready
