@@ -37,7 +37,9 @@ Rules:
   incarnation; a decided configuration that still lists the member's
   incarnation moves the vote there (a fresh acceptor, the decided state),
   as the member would have installed it; one without the member (or with
-  another start of it) ends the vote.
+  another start of it) ends the vote. A prepare or accept of an earlier
+  instance is answered (rate-limited) with the configuration the member
+  had installed: the members that kept running may have missed it.
 
 Size: about 520 lines: proposing, answering and installing share one
 instance's state (ballots, promises, the fence, the decided value), and
@@ -509,7 +511,12 @@ class ViewChange:
         if instance > vote.instance:
             self._out.rate_limited(sender, ConfigRequest(), now)
             return None
-        return vote if instance == vote.instance else None
+        if instance < vote.instance:
+            # The member had installed a later configuration: tell the
+            # sender (it may be a member that missed it while cut off).
+            self._out.rate_limited(sender, Decided(config=vote.state.config), now)
+            return None
+        return vote
 
     def _vote_prepare(self, sender: ProcessId, msg: Prepare, now: float) -> None:
         vote = self._vote_for(sender, msg.instance, now)

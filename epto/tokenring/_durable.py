@@ -15,8 +15,9 @@ promise or an acceptance, a token passed or acknowledged.
 Rules:
 
 * Written by a member (``role`` core or external): ``incarnation`` is its
-  own, ``config`` the configuration it installed (without the events a full
-  change carried: the window's payloads are in ``events``).
+  own, ``config`` the configuration it installed (with the events a full
+  change settled: a member that missed the change installs it from this
+  record's restart).
 * Written by a later start that restored one and votes for the member
   until the group admits it: ``incarnation`` stays the member's (the one
   the group lists), the start's own is larger.
@@ -73,7 +74,7 @@ def encode_durable(pid: ProcessId, durable: DurableState, counter: int, limits: 
     not fit ``limits``)."""
     out = fp.Out()
     out.u32(durable.incarnation)
-    fp.put_ring(out, attrs.evolve(durable.config, events=()), limits)
+    fp.put_ring(out, durable.config, limits)
     if durable.promised is None:
         out.u8(0)
     else:

@@ -100,9 +100,10 @@ SUPERSEDED = _EXCLUSIONS[Input.SUPERSEDED]
 again in a later incarnation."""
 
 
-_VOTES = (Promise, Accepted, Nack, ConfigRequest)
+_VOTES = (Promise, Accepted, Nack, ConfigRequest, Decided)
 """What a later incarnation that restored the member's durable vote may send
-as the member before it is admitted."""
+as the member before it is admitted (a decision: one the member had
+installed, which it tells a member that missed it)."""
 
 
 class TokenRingProcess:

@@ -99,7 +99,7 @@ class RestoredVote:
         return RestoredVote(
             DurableState(
                 incarnation=vote.incarnation,
-                config=attrs.evolve(config, events=()),
+                config=config,
                 promised=None,
                 accepted=None,
                 state=state,
