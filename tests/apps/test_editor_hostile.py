@@ -171,6 +171,27 @@ class LiveGroup:
         self.statuses[status] = self.statuses.get(status, 0) + 1
         self.http += 1
 
+    async def refused_beside(self, index: int) -> tuple[dict[str, Any], str]:
+        """A page sends a caret out of range beside a page that edits: what
+        the first is told last, and the answer to the second's edit."""
+        url = self.servers[index].url
+        bad, good = await connect_page(url), await connect_page(url)
+        model = PageModel()
+        with trio.fail_after(10):
+            while not (model.rev and model.ready):
+                model.receive(json.loads(await good.receive()))
+        await bad.send(json.dumps({"type": "cursor", "base": 1, "pos": -1, "end": -1}))
+        told = (await _messages_until_closed(bad))[-1]
+        await bad.aclose(timeout=1)
+        message = model.local((Insert(0, "beside "),))
+        await good.send(json.dumps(message))
+        with trio.fail_after(10):
+            while model.inflight is not None:
+                reply = json.loads(await good.receive())
+                model.receive(reply)
+        await good.aclose(timeout=1)
+        return told, reply["type"]
+
     async def truncate(self) -> None:
         """A user clears the text (keeps every page's reset small)."""
         server = self.servers[0]
@@ -430,6 +451,21 @@ def test_a_caret_out_of_range_closes_its_page_and_nothing_else(group: LiveGroup)
     assert group.servers[0].rejected["page-not-json"] >= 1
     group.check()
     assert all(s.ready for s in group.servers)
+    # The page is told why, then closed; a page beside it goes on.
+    told, other = group.call(group.refused_beside, 1)
+    assert told["type"] == "refused" and told["reason"].startswith("out-of-range")
+    assert other == "ack"
+
+
+async def _messages_until_closed(ws: WebSocket) -> list[dict[str, Any]]:
+    out = []
+    with trio.fail_after(10):
+        try:
+            while True:
+                out.append(json.loads(await ws.receive()))
+        except WebSocketClosed:
+            pass
+    return out
 
 
 def test_thousands_of_hostile_messages_leave_every_replica_up_and_equal(
