@@ -2,7 +2,8 @@
 the page opened with the URL the replica printed connects; opened without
 its token, or with another one, it is refused and says so in one line; a
 page of another origin (served from another port) that knows the token
-cannot open the WebSocket either. Skipped without chromium (see
+cannot open the WebSocket either. A replica that stops tells its page why,
+which then is read only. Skipped without chromium (see
 test_editor_browser.py)."""
 
 from __future__ import annotations
@@ -104,5 +105,22 @@ def test_only_the_printed_url_opens_the_page(browser: Any, elsewhere: str, tmp_p
         browser.get(f"{elsewhere}?ws={ws_url}")
         _until("settled", lambda: browser.execute_script("return window.outcome") != "pending")
         assert browser.execute_script("return window.outcome") == "refused"
+    finally:
+        editor.stop()
+
+
+def test_a_stopped_replica_says_why_on_its_page(browser: Any, tmp_path: Path) -> None:
+    editor = Editor(tmp_path)
+    editor.argv.append("--duration=3")
+    try:
+        editor.start()
+        browser.get(editor.url)
+        _until("connected", lambda: browser.execute_script("return window.epto.synced()"))
+        _until("stopped", lambda: browser.execute_script("return window.epto.state()") == "stopped")
+        line = browser.find_element(By.ID, "line").text
+        assert line.startswith("stopped: ") and len(line) > len("stopped: "), line
+        assert browser.execute_script("return document.getElementById('text').readOnly") is True
+        assert editor.proc is not None
+        assert editor.proc.wait(timeout=WAIT) == 0
     finally:
         editor.stop()
