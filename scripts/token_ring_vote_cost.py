@@ -11,10 +11,10 @@ Prints, per directory and mode: the records written per token hop, the time
 one record takes to write (and flush, with ``fsync``: p50, p99, mean, the
 ``pwrite`` and the ``fdatasync`` timed inside the node), and the delivery
 delay (broadcast to delivery at every member: p50, p99) next to the same
-run with ``durability="off"``. A token hop writes a record at the member
-that accepts and passes it; every member also writes one when an order
-notice moves its snapshot or its acceptor answers a view change. Figures
-depend on the disk and on the machine's load.
+run with ``durability="off"``. A token hop writes two records at the member
+that holds it (when it accepts it and when it passes it on); a member also
+writes one when its acceptor answers a view change and when it installs a
+configuration. Figures depend on the disk and on the machine's load.
 """
 
 from __future__ import annotations

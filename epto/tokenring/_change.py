@@ -472,7 +472,10 @@ class ViewChange:
             return None
         acceptor = self._acceptor
         accepted = None if acceptor.accepted is None else acceptor.accepted[0]
-        return (s.incarnation, s.config.instance, acceptor.promised, accepted, snap.hop)
+        # A snapshot only learned (an order notice) is nothing this member
+        # vouches for: it is due with the next one it accepts or creates.
+        vouched = self._tokens.vouched
+        return (s.incarnation, s.config.instance, acceptor.promised, accepted, vouched)
 
     def durable(self) -> DurableState | None:
         """This member's vote as it stands (module :mod:`._durable`)."""

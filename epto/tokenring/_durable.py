@@ -7,10 +7,13 @@ and its report: the most advanced token snapshot it knows, with the
 payloads of the window (the positions from the snapshot's ``low`` to its
 ``next_seq``). :class:`DurableState` is exactly that, for one member
 incarnation; the process hands out a new one
-(:meth:`~epto.tokenring.TokenRingProcess.take_durable`) whenever any of it
-changed, and the driver must have written it (and flushed it, in the
-default mode) before it sends any frame the process handed out after it: a
-promise or an acceptance, a token passed or acknowledged.
+(:meth:`~epto.tokenring.TokenRingProcess.take_durable`) whenever what it
+vouches for changed (its acceptor's state, the configuration it installed,
+a token state it accepted or created; a snapshot only learned from an
+order notice waits for the next record), and the driver must have written
+it (and flushed it, in the default mode) before it sends any frame the
+process handed out after it: a promise or an acceptance, a token passed or
+acknowledged, an order notice.
 
 Rules:
 

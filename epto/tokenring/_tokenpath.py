@@ -34,7 +34,7 @@ Rules:
   until a decision is installed.
 * Only this object writes its state; the other parts read ``token``,
   ``pending``, ``snap``, ``token_seen`` (when a token was last accepted or
-  heard of) and ``fenced_since``.
+  heard of), ``fenced_since`` and ``vouched``.
 
 Size: one object owns the token's state along its whole path (accept, hold,
 sequence, pass, resend); the hold decisions read that state and move its
@@ -87,6 +87,7 @@ class TokenPath:
         "snap",
         "token",
         "token_seen",
+        "vouched",
     )
 
     def __init__(
@@ -110,6 +111,11 @@ class TokenPath:
         self._passed: tuple[ProcessId, TokenState, float] | None = None
         self._accepted_hop = -1
         """Hop of the last token of the current configuration accepted here."""
+        self.vouched = 0
+        """Token states this process accepted or created (sequenced and
+        passed on) since it started: each one is a state it vouches for
+        (the order notices and the token it sends count it as a holder), so
+        the member's durable vote is due again whenever this grows."""
         self._window_bytes: dict[int, tuple[tuple[EventId, ...], int]] = {}
         """Bytes of the token's batches (first position -> ids, bytes), see
         :meth:`window_room`."""
@@ -257,6 +263,7 @@ class TokenPath:
             return
         self.pending = None
         self._accepted_hop = state.hop
+        self.vouched += 1
         if sender != s.pid:
             self._out.send(sender, TokenAck(instance=state.instance, hop=state.hop))
         accepted = seqr.accept(state, s.pid, s.config.core, s.k())
@@ -416,6 +423,7 @@ class TokenPath:
             grouped=self._optimistic is None,
         )
         new = seqr.sequence(token, s.pid, ids, s.config.core, s.k())
+        self.vouched += 1
         # Record the new assignments: the batches the new state still carries are
         # learned as batches (a snapshot carrying them again is then skipped); the
         # first ones, if every core member already holds them (a core of one),
