@@ -1,13 +1,21 @@
 """The member's vote on disk (``transports/_ring_durable.py``): the latest
 valid record wins, a torn or altered slot falls back to the one before,
 ``clear`` leaves nothing for the next start, and a new store numbers above
-what it found."""
+what it found; a node keeps its vote as ``TokenRingConfig.durability`` says."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
+import pytest
+import trio
+from epto.transports._ports import free_ports
 from epto.transports._ring_durable import VoteStore
+from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
+
+from epto import ConfigurationError
+from epto.tokenring import TokenRingConfig
 
 
 def test_the_latest_valid_record_is_loaded(tmp_path: Path) -> None:
@@ -47,3 +55,53 @@ def test_a_new_store_writes_above_what_it_found_and_clear_removes_all(tmp_path: 
     last.clear()
     assert not list(tmp_path.glob("member-1.vote.*"))
     assert VoteStore(str(tmp_path), 1, sync=True).load() is None
+
+
+async def _run_one(config: TokenRingNodeConfig, broadcasts: int) -> None:
+    async with TokenRingNode(config) as node:
+        for i in range(broadcasts):
+            node.broadcast(b"%d" % i)
+        got = 0
+        with trio.fail_after(10):
+            async for _ in node:
+                got += 1
+                if got == broadcasts:
+                    break
+        node.abort()
+
+
+@pytest.mark.trio
+async def test_a_node_keeps_its_vote_only_as_configured(tmp_path: Path) -> None:
+    """A node with a data directory writes its member's vote as it orders
+    (the default, ``fsync``); a start with ``durability="off"`` removes
+    what an earlier start kept (a later start must never take it), and a
+    start that does not resume (a group of one founds its group again)
+    replaces it."""
+    port = free_ports(1, socket.SOCK_STREAM)[0]
+    address = f"127.0.0.1:{port}"
+
+    def config(durability: str) -> TokenRingNodeConfig:
+        return TokenRingNodeConfig(
+            pid=1,
+            bind=address,
+            members={1: address},
+            data_dir=str(tmp_path),
+            tokenring=TokenRingConfig(durability=durability),
+        )
+
+    def votes() -> list[str]:
+        return sorted(p.name for p in tmp_path.glob("member-1.vote.*"))
+
+    await _run_one(config("fsync"), 3)
+    assert votes() == ["member-1.vote.0", "member-1.vote.1"]
+    first = VoteStore(str(tmp_path), 1, sync=False).load()
+    assert first is not None
+    await _run_one(config("off"), 2)
+    assert votes() == []
+    await _run_one(config("write"), 2)
+    assert votes() and VoteStore(str(tmp_path), 1, sync=False).load() != first
+
+
+def test_the_durability_mode_is_checked() -> None:
+    with pytest.raises(ConfigurationError, match="durability"):
+        TokenRingConfig(durability="sometimes")
