@@ -170,11 +170,11 @@ class EditorConfig:
     replica (a TLS proxy's public name, a LAN name)."""
     max_pages: int = attrs.field(default=256, validator=_at_least_one)
     """Pages connected at once; more are refused (``503``, ``too-many-pages``)."""
-    page_queue_messages: int = attrs.field(default=1_000, validator=_at_least_one)
+    page_queue_messages: int = attrs.field(default=500, validator=_at_least_one)
     """Messages queued for one page at most; a page that lets more pile up
     (it does not read) is dropped (``slow-page``): it reconnects and gets the
     whole text."""
-    page_queue_bytes: int = attrs.field(default=1 << 20, validator=_at_least_one)
+    page_queue_bytes: int = attrs.field(default=256 * 1024, validator=_at_least_one)
     """Characters queued for one page at most, beside the message being
     written (one message always fits: a reset of a long text)."""
 

@@ -448,7 +448,9 @@ def test_the_command_line_tells_pages_and_terminal_why_a_replica_stopped() -> No
         async def main() -> tuple[list[dict[str, object]], list[dict[str, object]]]:
             nonlocal later
             ws = await connect_page(url)
-            # Its events reach replica 1 through replica 2.
+            # Its events reach replica 1 through replica 2. Incarnations count
+            # wall-clock seconds: a second later, it is a later start.
+            await trio.sleep(1.1)
             later = _editor(1, ports[2], (2, ports[1]), "--bot", "5", "--duration", "3")
             later_url = await trio.to_thread.run_sync(_ready, later)
             ws_later = await connect_page(later_url)
