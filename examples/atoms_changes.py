@@ -6,23 +6,34 @@ Every node runs this program with the same configuration file::
     {"groups": {"0": [1, 2, 3, 4], "1": [3, 4, 5, 6]},
      "addresses": {"1": "127.0.0.1:9001", ...},
      "changes": [{"after": 8, "add": {"3": [1, 3, 5]}},
-                 {"after": 18, "remove": [0]}]}
+                 {"after": 18, "remove": [0]}],
+     "suspect_after": 1.0, "crash": {"node": 4, "after": 10},
+     "until_epoch": 1, "ticks_after": 10, "start_at": 1767225600.0}
 
     python examples/atoms_changes.py --id 3 --config atoms.json --messages 30 \\
         --output node-3.jsonl
 
 Every ``--interval`` seconds, ``--messages`` times, it publishes one message
 to each group it is a member of at that moment; the coordinator (the
-smallest node) makes each change after its tick ``after``. It writes a JSON
-line for every publication (source, seq, group, epoch, the members owed it)
-and every delivery, prints ``published`` once its own publications have all
-come back, and goes on serving its atoms until its standard input closes.
+smallest node) makes each change after its tick ``after``. With
+``suspect_after`` every node runs the crash detector; the ``crash`` node
+ends abruptly (a crashed sequencing machine) ``after`` ticks after it
+first delivered a message of the coordinator (which has heard from it by
+then); ``until_epoch`` and ``ticks_after`` keep every node publishing
+until it has published that many ticks in that epoch. ``start_at``
+(wall-clock seconds) holds every node's first publication until then. It
+writes a JSON line for every publication (source, seq, group, epoch, the
+members owed it) and every delivery, prints ``published`` once its own
+publications have all come back (or were lost with a crashed node), goes on
+serving its atoms until its standard input closes, and then writes its
+counters.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -54,17 +65,33 @@ async def _run(args: argparse.Namespace) -> None:
     groups = {int(g): frozenset(members) for g, members in config["groups"].items()}
     addresses = {int(pid): address for pid, address in config["addresses"].items()}
     changes = {int(c["after"]): c for c in config.get("changes", [])}
+    crash = config.get("crash") or {}
+    suspect_after = config.get("suspect_after")
     graph = SequencingGraph.build(groups)
     with args.output.open("w") as out:
         async with (
-            AtomsNode(args.id, graph, addresses, seed=args.id) as node,
+            AtomsNode(args.id, graph, addresses, seed=args.id, suspect_after=suspect_after) as node,
             trio.open_nursery() as nursery,
         ):
             process = node.endpoint.process
             coordinator = process.coordinator == args.id
 
+            seen = {"coordinator": False}
+            until_epoch = int(config.get("until_epoch", 0))
+            ticks_after = int(config.get("ticks_after", 0))
+
+            def more(tick: int, in_epoch: int) -> bool:
+                """Ticks go on to --messages, and then until ``ticks_after``
+                ticks of epoch ``until_epoch`` (at most 20 times as many)."""
+                if tick >= 20 * args.messages:
+                    return False
+                return tick < args.messages or in_epoch < ticks_after
+
             async def publish() -> None:
-                for tick in range(args.messages):
+                await trio.sleep(max(0.0, config.get("start_at", 0.0) - time.time()))
+                tick = in_epoch = 0
+                countdown = None
+                while more(tick, in_epoch):
                     for group in sorted(process.groups):
                         body = {"group": group, "sent": time.time()}
                         eid = node.publish(group, json.dumps(body).encode())
@@ -77,10 +104,18 @@ async def _run(args: argparse.Namespace) -> None:
                             "members": sorted(process.members(group)),
                         }
                         _write(out, record)
+                    if crash.get("node") == args.id and seen["coordinator"]:
+                        # Crash ``after`` ticks after the coordinator is seen up
+                        # (it has heard this node's heartbeats by then).
+                        countdown = crash["after"] if countdown is None else countdown - 1
+                        if countdown <= 0:
+                            os._exit(0)  # a crash: no goodbye, the streams are cut
                     change = changes.get(tick)
                     if coordinator and change is not None:
                         add = {int(g): m for g, m in change.get("add", {}).items()}
                         node.reconfigure(remove=change.get("remove", []), add=add)
+                    tick += 1
+                    in_epoch += process.epoch >= until_epoch
                     await trio.sleep(args.interval)
                 while not node.endpoint.flushed():
                     await trio.sleep(0.01)
@@ -92,15 +127,29 @@ async def _run(args: argparse.Namespace) -> None:
 
             nursery.start_soon(publish)
             nursery.start_soon(stop_at_eof)
-            async for delivery in node:
-                body = json.loads(delivery.event.payload)
+            try:
+                async for delivery in node:
+                    seen["coordinator"] |= delivery.event.source == process.coordinator
+                    body = json.loads(delivery.event.payload)
+                    record = {
+                        "kind": "delivered",
+                        "source": delivery.event.source,
+                        "seq": delivery.event.seq,
+                        "group": body["group"],
+                        "sent": body["sent"],
+                        "delivered": time.time(),
+                    }
+                    _write(out, record)
+            finally:
+                stats = process.statistics()
                 record = {
-                    "kind": "delivered",
-                    "source": delivery.event.source,
-                    "seq": delivery.event.seq,
-                    "group": body["group"],
-                    "sent": body["sent"],
-                    "delivered": time.time(),
+                    "kind": "statistics",
+                    "epoch": stats.epoch,
+                    "delivering_epoch": stats.delivering_epoch,
+                    "pending": stats.pending,
+                    "lost": stats.lost,
+                    "crashed": sorted(process.crashed),
+                    "rejected": stats.rejected,
                 }
                 _write(out, record)
 
