@@ -1124,6 +1124,10 @@ class ReplicatedNode:
             asked: list[OrderKey | None] = [first, *orphans]
             digests = [self.replica.digest_at(first), *map(self._commits.digest_of, orphans)]
             state = await self._ask(pid, asked, 0.5 if waiting else 0.0, digests)
+            if state is None or not state.ready:
+                # A verdict of a state it may no longer hold (wiped, fetching)
+                # would count for ever.
+                self._verdicts.forget(address)
             if state is None:
                 failures += 1
                 await trio.sleep(min(0.5, 0.01 * 2**failures))

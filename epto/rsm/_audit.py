@@ -30,6 +30,11 @@ class AuditVerdicts:
         self._latest: dict[Hashable, bool] = {}
         self._min_wrong = min_wrong
 
+    def forget(self, peer: Hashable) -> None:
+        """``peer`` is not ready (or does not answer): its last verdict, of a
+        state it may no longer hold, no longer counts."""
+        self._latest.pop(peer, None)
+
     def record(self, peer: Hashable, matches: bool) -> bool:
         """Note ``peer``'s verdict; whether the state must be fetched again
         (the verdicts are then forgotten: the fetched state starts afresh)."""
