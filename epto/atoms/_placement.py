@@ -88,8 +88,9 @@ class Latencies:
 
     From a matrix, the sites are its nodes unless ``sites`` narrows them; from
     a model, ``sites`` is required and each latency is the mean of
-    :data:`_DRAWS` draws with a fixed seed (exact for a model with one latency
-    per link). Every latency must be finite and non-negative (ValueError).
+    :data:`_DRAWS` draws with a fixed seed, or one draw when two in a row
+    agree (a model with one latency per link). Every latency must be finite
+    and non-negative (ValueError).
     """
 
     __slots__ = ("_index", "_rows", "sites")
@@ -100,13 +101,7 @@ class Latencies:
                 raise ValueError("a latency model needs the sites that may host atoms")
             chosen = tuple(sorted(set(sites)))
             rng = random.Random(0)
-            rows = [
-                [
-                    0.0 if u == v else sum(source.sample(u, v, rng) for _ in range(_DRAWS)) / _DRAWS
-                    for v in chosen
-                ]
-                for u in chosen
-            ]
+            rows = [[0.0 if u == v else _mean(source, u, v, rng) for v in chosen] for u in chosen]
         else:
             size = len(source)
             if any(len(row) != size for row in source):
@@ -131,6 +126,16 @@ class Latencies:
     def one_way(self, src: int, dst: int) -> float:
         """The latency from ``src`` to ``dst`` (KeyError for a node that is not a site)."""
         return self._rows[self._index[src]][self._index[dst]]
+
+
+def _mean(source: LatencySource, u: int, v: int, rng: random.Random) -> float:
+    """The mean of :data:`_DRAWS` draws, or the draw itself when the first two
+    agree (a model with one latency per link, or a constant one)."""
+    first, second = source.sample(u, v, rng), source.sample(u, v, rng)
+    if first == second:
+        return float(first)
+    rest = sum(source.sample(u, v, rng) for _ in range(_DRAWS - 2))
+    return (first + second + rest) / _DRAWS
 
 
 @attrs.frozen(kw_only=True)
