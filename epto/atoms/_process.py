@@ -188,8 +188,7 @@ class AtomsProcess:
         self.suspect_after = suspect_after
         self._heard: dict[ProcessId, float] = {}
         self._next_beat = float("-inf")
-        self._graph = graph
-        self._owns_graph = False  # copied before its first change (it may be shared)
+        self._graph = graph  # never changed: each change works on a copy (it may be shared)
         if nodes is None:
             every = {p for members in graph.groups.values() for p in members}
             nodes = every | {a.host for a in graph.atoms.values()}
@@ -352,10 +351,13 @@ class AtomsProcess:
         fault = self._check_ops(change.ops)
         if fault is not None:
             raise LocalProtocolError(f"the change does not apply: {fault}")
+        graph = self._changed_graph(change.ops)
+        if graph is None:
+            raise LocalProtocolError("the change does not apply: the graph refuses it")
         gone = {op.crashed for op in change.ops if type(op) is ReplaceHost}
         for node in sorted(self.nodes - self._dead - gone - {self.pid}):
             self._outbox.append((node, change))  # before anything of the new epoch
-        self._install(change)
+        self._install(change, graph)
         return change.epoch
 
     # -- dispatch and checks ---------------------------------------------------
@@ -541,7 +543,10 @@ class AtomsProcess:
             return "bad-epoch"
         if self._check_ops(m.ops) is not None:
             return "bad-change"
-        self._install(m)
+        graph = self._changed_graph(m.ops)
+        if graph is None:
+            return "bad-change"
+        self._install(m, graph)
         return None
 
     def _check_ops(self, ops: Sequence[ChangeOp]) -> str | None:
@@ -570,16 +575,26 @@ class AtomsProcess:
                 return f"unknown operation {op!r}"
         return None
 
-    def _install(self, change: Change) -> None:
-        if not self._owns_graph:
-            self._graph = copy.deepcopy(self._graph)
-            self._owns_graph = True
+    def _changed_graph(self, ops: Sequence[ChangeOp]) -> SequencingGraph | None:
+        """A copy of the latest graph with ``ops`` applied, or None if the
+        graph refuses one (the graph may have rules of its own, such as
+        members that must be sites of its latencies); the graph itself is
+        left as it was."""
+        graph = copy.deepcopy(self._graph)
+        try:
+            for op in ops:
+                if type(op) is AddGroup:
+                    graph.add_group(op.group, op.members)
+                elif type(op) is RemoveGroup:
+                    graph.remove_group(op.group)
+        except (ValueError, KeyError):
+            return None
+        return graph
+
+    def _install(self, change: Change, graph: SequencingGraph) -> None:
+        self._graph = graph
         for op in change.ops:
-            if type(op) is AddGroup:
-                self._graph.add_group(op.group, op.members)
-            elif type(op) is RemoveGroup:
-                self._graph.remove_group(op.group)
-            elif type(op) is ReplaceHost:
+            if type(op) is ReplaceHost:
                 self._dead.add(op.crashed)
                 self._heard.pop(op.crashed, None)
                 for node, to in self._moved.items():

@@ -32,16 +32,27 @@ class _Run:
     coordinator) and a calendar of publications, changes, a crash and its
     detection; links are FIFO with a random latency per pair."""
 
-    def __init__(self, seed: int, groups: int = 5, suspect_after: float | None = None) -> None:
+    def __init__(
+        self,
+        seed: int,
+        groups: int = 5,
+        suspect_after: float | None = None,
+        placed: bool = False,
+    ) -> None:
         self.rng = rng = random.Random(seed)
-        graph = SequencingGraph.build(zipf_memberships(NODES, groups, rng))
+        membership = zipf_memberships(NODES, groups, rng)
+        self.latency = {(a, b): rng.uniform(1, 50) for a in range(NODES) for b in range(NODES)}
+        if placed:  # machines placed for these latencies, on any node
+            matrix = [[self.latency[a, b] for b in range(NODES)] for a in range(NODES)]
+            graph = SequencingGraph.build(membership, matrix)
+        else:
+            graph = SequencingGraph.build(membership)
         self.procs = {
             p: AtomsProcess(
                 p, graph, nodes=range(NODES), coordinator=0, suspect_after=suspect_after
             )
             for p in range(NODES)
         }
-        self.latency = {(a, b): rng.uniform(1, 50) for a in range(NODES) for b in range(NODES)}
         self.last: dict[tuple[int, int], float] = {}
         self.queue: list[tuple[float, int, str, int, object]] = []
         self.order = itertools.count()
@@ -112,12 +123,18 @@ class _Run:
 
 
 def _simulate(
-    seed: int, *, changes: int, crash: bool, messages: int = 160, detector: bool = False
+    seed: int,
+    *,
+    changes: int,
+    crash: bool,
+    messages: int = 160,
+    detector: bool = False,
+    placed: bool = False,
 ) -> _Run:
     """A run; with ``detector``, the crash is found by the coordinator's
     heartbeats (every node's timer every 10 time units, silence 150), else
     declared by hand 20 to 150 units after it happened."""
-    run = _Run(seed, suspect_after=150.0 if detector else None)
+    run = _Run(seed, suspect_after=150.0 if detector else None, placed=placed)
     rng = run.rng
     horizon = 1000.0
     if detector:
@@ -271,3 +288,14 @@ def test_every_node_moves_to_the_new_epoch_once_the_markers_have_passed() -> Non
     member = min(coordinator.members(min(coordinator.groups))) if coordinator.groups else 1
     coordinator.receive(member, EpochEnd(0, 0, 0, 0))
     assert coordinator.statistics().rejected == {"stale-epoch": 1}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_graph_placed_for_latency_changes_and_survives_a_crash(seed: int) -> None:
+    """The latency-aware graph lays the routes out again on every change
+    (hosts may move): each epoch keeps its own layout, so nothing changes."""
+    run = _simulate(seed, changes=3, crash=False, placed=True)
+    owed, lost = _verdict(run)
+    assert lost == 0 and owed == sum(len(s) for s in run.sequences.values())
+    run = _simulate(seed, changes=1, crash=True, detector=True, placed=True)
+    _verdict(run)
