@@ -45,6 +45,17 @@ Rules:
 * **A restarted replica** (``ReplicaConfig.data_dir``) numbers its
   operations above every earlier start's (the node's incarnation,
   :meth:`~epto.apps.text.TextDocument.number_from`).
+* **Only the holders of the token open a page** (docs/editor.md, *Access*):
+  the WebSocket handshake needs ``?token=`` (:attr:`EditorServer.token`,
+  printed in :attr:`EditorServer.url`), the page's own ``Origin`` and a
+  ``Host`` the replica answers to; refusals, malformed HTTP and dropped
+  pages are counted in :attr:`EditorServer.rejected` and never raise.
+* **Bounded pages**: at most ``max_pages``; what waits for one page at most
+  ``page_queue_messages`` messages and ``page_queue_bytes`` characters, or
+  the page is dropped (it reconnects and gets the whole text).
+* **A replica that stops** (its server exits, or its node is excluded or
+  superseded) tells its pages why (``{"type": "stopped"}``) before it closes
+  their connections.
 * **A bot** (``bot`` edits at ``bot_rate`` per second) types random words and
   deletes at random places, as a local user of this replica.
 
