@@ -58,6 +58,13 @@ Rules (seed 003, restated in docs/atoms.md):
    a publication from a non-member or a repeated one, a change that is not
    the coordinator's next valid one, anything from a crashed node, beyond
    ``max_pending`` buffered messages.
+
+Size: about 800 lines, because the rules above are one state machine:
+every message is checked, routed and delivered against the epoch it
+carries, and the end of an epoch (markers, crashed nodes, the last
+deliveries) moves the same counters the ordering does; split in two, each
+half would reach into the other's state. The epoch's frozen graph is in
+``_layout.py``, the frames in ``_messages.py``.
 """
 
 from __future__ import annotations
