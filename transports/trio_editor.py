@@ -249,6 +249,8 @@ class EditorServer:
         """Refusals by reason: HTTP requests and handshakes refused, pages
         dropped (too slow, too many), page messages refused."""
         self.token = cfg.token or ""
+        self.access = Access(token=cfg.token or secrets.token_urlsafe(24), hosts=cfg.allowed_hosts)
+        """The handshake's checks (set again at start, with the token)."""
         """The pages' credential (known once started, see ``EditorConfig.token``)."""
         self._group_key = node.group_key
         self._connections = 0

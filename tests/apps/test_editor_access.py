@@ -474,3 +474,18 @@ def test_the_command_line_tells_pages_and_terminal_why_a_replica_stopped() -> No
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.communicate()
+
+
+def test_the_command_line_reports_a_stop_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from epto.transports.trio_node import MemberExcludedError
+
+    from epto.cli._editor import _report
+
+    excluded = ExceptionGroup("nursery", [ExceptionGroup("inner", [MemberExcludedError("out")])])
+    assert _report(excluded, 4) == 3
+    assert capsys.readouterr().err == "excluded 4: out\n"
+    fault = ExceptionGroup("nursery", [RuntimeError("boom\nsecond line")])
+    assert _report(fault, 4) == 1
+    assert (
+        capsys.readouterr().err == "epto editor: replica 4 stopped on a fault: RuntimeError: boom\n"
+    )
