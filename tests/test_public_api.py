@@ -313,7 +313,7 @@ NODE_MODULES: dict[str, frozenset[str]] = {
             "ResultUnavailableError",
         }
     ),
-    "epto.transports.trio_editor": frozenset({"EditorConfig", "EditorServer"}),
+    "epto.transports.trio_editor": frozenset({"EditorConfig", "EditorServer", "editor_token"}),
     "epto.transports.trio_tcp": frozenset(
         {
             "MemberExcludedError",

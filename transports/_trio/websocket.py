@@ -22,6 +22,11 @@ Rules (everything a connection sends is hostile):
   and the connection is closed. Nothing a connection sends raises out of
   :func:`serve_http`: a WebSocket protocol violation after the handshake
   closes that connection (:class:`WebSocketClosed`).
+
+Size: one responsibility, a connection's HTTP and WebSocket life, whose parts
+(the head's parse, the admission policy, the WebSocket's messages, the client)
+share the limits and refusal counting above; split apart they would each
+re-state them.
 """
 
 from __future__ import annotations
