@@ -307,6 +307,7 @@ class AtomsProcess:
             and self.pid == self.coordinator
             and sender in self.nodes
             and sender not in self._dead
+            and sender != self.pid
         ):
             self._heard[sender] = now
         fault = self._receive(sender, message)

@@ -20,7 +20,16 @@ from hypothesis import strategies as st
 
 import epto
 from epto.atoms import AtomsProcess, SequencingGraph, zipf_memberships
-from epto.atoms._messages import Change, EpochEnd, Publish
+from epto.atoms._messages import (
+    AddGroup,
+    Alive,
+    Change,
+    EpochEnd,
+    Publish,
+    RemoveGroup,
+    ReplaceHost,
+    Sequenced,
+)
 from epto.check import check_pairwise
 
 NODES = 12
@@ -299,3 +308,51 @@ def test_a_graph_placed_for_latency_changes_and_survives_a_crash(seed: int) -> N
     assert lost == 0 and owed == sum(len(s) for s in run.sequences.values())
     run = _simulate(seed, changes=1, crash=True, detector=True, placed=True)
     _verdict(run)
+
+
+_SMALL = st.integers(0, 6)
+_hostile = st.one_of(
+    st.builds(Publish, _SMALL, st.integers(0, 3), _SMALL, st.just(b"x")),
+    st.builds(
+        Sequenced,
+        _SMALL,
+        st.integers(0, 3),
+        _SMALL,
+        _SMALL,
+        _SMALL,
+        _SMALL,
+        st.lists(st.tuples(_SMALL, _SMALL), max_size=3).map(tuple),
+        st.just(b"x"),
+    ),
+    st.builds(EpochEnd, st.integers(0, 3), _SMALL, st.sampled_from([0, 1]), _SMALL),
+    st.builds(Alive, st.integers(0, 3)),
+    st.builds(
+        Change,
+        st.integers(0, 3),
+        st.lists(
+            st.one_of(
+                st.builds(AddGroup, _SMALL, st.frozensets(_SMALL, max_size=4)),
+                st.builds(RemoveGroup, _SMALL),
+                st.builds(ReplaceHost, _SMALL, _SMALL),
+            ),
+            max_size=3,
+        ).map(tuple),
+    ),
+)
+
+
+@settings(derandomize=True, max_examples=400, deadline=None)
+@given(inputs=st.lists(st.tuples(st.integers(0, 6), _hostile), max_size=40))
+def test_any_sequence_of_well_formed_messages_is_taken_or_counted_never_raised(
+    inputs: list[tuple[int, object]],
+) -> None:
+    graph = SequencingGraph.build({0: {1, 2, 3}, 1: {2, 3, 4}, 2: {1, 3, 4}, 3: {4, 5}})
+    for pid in (1, 3):  # the coordinator, and a node that is not
+        proc = AtomsProcess(pid, graph, suspect_after=5.0)
+        for k, (sender, message) in enumerate(inputs):
+            proc.receive(sender, message, float(k))
+            proc.handle_timer(float(k))
+            proc.messages_to_send()
+            list(proc.deliveries())
+        stats = proc.statistics()
+        assert stats.pending >= 0 and stats.epoch >= stats.delivering_epoch
