@@ -1,4 +1,4 @@
-"""``epto node --log-dir DIR`` creates DIR when it is missing, as ``mkdir``
+"""``epto node --log-dir DIR`` (and ``epto editor --data-dir DIR``) creates DIR when it is missing, as ``mkdir``
 would, and refuses a missing parent in one line naming it, before the node
 starts (docs/transports.md, *Command line*): a mistyped path is said, not
 created."""
@@ -77,4 +77,12 @@ def test_the_other_commands_refuse_a_missing_parent_before_they_run(
     assert capsys.readouterr().err.splitlines() == [
         f"epto {command}: {option} {path}: no such directory: {path.parent}"
     ]
+    assert not (tmp_path / "nonexistent").exists()
+
+
+def test_the_editors_data_dir_follows_the_same_rule(tmp_path: Path) -> None:
+    path = tmp_path / "nonexistent" / "x"
+    with pytest.raises(SystemExit) as caught:
+        main(["editor", "--id=1", f"--data-dir={path}"])
+    assert caught.value.code == f"epto editor: --data-dir {path}: no such directory: {path.parent}"
     assert not (tmp_path / "nonexistent").exists()

@@ -61,7 +61,7 @@ def register(sub: Any) -> None:
         metavar="DIR",
         help="keep the text's log and snapshots (and this member's incarnation) in DIR; "
         "started again with the same --id and DIR, the replica is itself again "
-        "(docs/editor.md, Restart a replica)",
+        "(docs/editor.md, Restart a replica); created if missing, its parent must exist",
     )
     p.add_argument(
         "--audit-interval",
@@ -145,6 +145,10 @@ def run(args: argparse.Namespace) -> int:
     from epto import LocalProtocolError
     from epto.endpoint import NodeConfig, parse_host_port
     from epto.transports.trio_rsm import ReplicaConfig
+
+    from ._files import check_paths
+
+    check_paths("epto editor", args, directories=("--data-dir",))
 
     members = peer_addresses(args.peer, "--peer", "epto editor")
     contacts = peer_addresses(args.contact, "--contact", "epto editor")
