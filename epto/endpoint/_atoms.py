@@ -163,6 +163,14 @@ class AtomsEndpoint:
         its epoch."""
         return self._process.reconfigure(remove=remove, add=add)
 
+    def add_group(self, group: int, members: Iterable[ProcessId], now: float) -> int:
+        """At the coordinator: a new epoch with ``group`` added."""
+        return self.reconfigure(now, add={group: members})
+
+    def remove_group(self, group: int, now: float) -> int:
+        """At the coordinator: a new epoch without ``group``."""
+        return self.reconfigure(now, remove=[group])
+
     def replace_crashed(self, crashed: ProcessId, now: float) -> int:
         """At the coordinator: ``crashed`` is down for good; its atoms move to
         the node the process chooses (:meth:`epto.atoms.AtomsProcess.replace_crashed`)."""

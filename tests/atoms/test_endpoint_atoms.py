@@ -168,3 +168,54 @@ def test_hostile_changes_and_markers_are_refused_and_counted() -> None:
     for endpoint in endpoints.values():
         assert endpoint.process.epoch == 0
         assert endpoint.next_delivery() is None
+
+
+def test_groups_change_through_frames() -> None:
+    graph = SequencingGraph.build({0: {1, 2, 3}, 1: {2, 3, 4}, 2: {1, 2, 5}})
+    endpoints, addresses = _endpoints(graph)
+    by_address = {a: p for p, a in addresses.items()}
+    rng = random.Random(7)
+    queue: list[tuple[float, int, int, bytes]] = []
+    order = itertools.count()
+    last: dict[tuple[int, int], float] = {}
+    sequences: dict[int, list[epto.EventId]] = {p: [] for p in endpoints}
+    addressed = {}
+
+    def turn(pid: int, now: float) -> None:
+        for transmit in endpoints[pid].datagrams_to_send(now):
+            dest = by_address[transmit.address]
+            at = max(now + rng.uniform(1, 30), last.get((pid, dest), 0.0))
+            last[pid, dest] = at
+            heapq.heappush(queue, (at, next(order), dest, transmit.data))
+        while (delivery := endpoints[pid].next_delivery()) is not None:
+            sequences[pid].append(delivery.event.id)
+
+    def publish_all(now: float) -> None:
+        for pid, endpoint in endpoints.items():
+            for group in sorted(endpoint.process.groups):
+                eid = endpoint.publish(group, b"m", now)
+                addressed[eid] = endpoint.process.members(group)
+            turn(pid, now)
+
+    def run(until: float) -> None:
+        while queue and queue[0][0] <= until:
+            now, _, dest, data = heapq.heappop(queue)
+            assert endpoints[dest].receive(data, now)
+            turn(dest, now)
+
+    publish_all(0.0)
+    coordinator = endpoints[1]
+    assert coordinator.add_group(3, {3, 4, 5}, 5.0) == 1
+    turn(1, 5.0)
+    publish_all(6.0)
+    assert coordinator.remove_group(0, 10.0) == 2
+    turn(1, 10.0)
+    publish_all(11.0)
+    run(float("inf"))
+    report = check_pairwise(sequences, groups=addressed, broadcast=set(addressed))
+    assert report.ok, report.summary()
+    assert report.deliveries == sum(len(m) for m in addressed.values())
+    for endpoint in endpoints.values():
+        assert endpoint.process.epoch == 2 and endpoint.flushed()
+        assert endpoint.statistics().rejected == {}
+        assert endpoint.get_timer() == float("inf")  # no detector, no timer
