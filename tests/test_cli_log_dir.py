@@ -1,7 +1,7 @@
-"""``epto node --log-dir DIR`` (and ``epto editor --data-dir DIR``) creates DIR when it is missing, as ``mkdir``
-would, and refuses a missing parent in one line naming it, before the node
-starts (docs/transports.md, *Command line*): a mistyped path is said, not
-created."""
+"""``epto node --log-dir DIR`` (and ``epto editor --data-dir DIR``) creates
+DIR when it is missing, as ``mkdir`` would, and refuses a missing parent in
+one line naming it, before the node starts (docs/transports.md, *Command
+line*): a mistyped path is said, not created."""
 
 from __future__ import annotations
 
