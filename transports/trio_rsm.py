@@ -51,11 +51,23 @@ Rules:
   is applied here. ``ReplicaConfig.on_applied`` is called after each command
   applied and each state restored (the editor's server uses it).
 
+* **A partition with no majority** (EpTO; docs/rsm.md): a replica notes
+  the highest prefix it shared with a peer (its protected prefix); when its
+  audits contradict it, it keeps its chain if a majority holds it, else
+  takes the chain a majority holds, else the lowest-id ready replica's
+  whose chain holds what a majority may hold of its protected prefix
+  (:meth:`ReplicatedNode._decide`).
+* **Hostile states**: a peer's state that the machine's ``restore`` raises
+  on is refused and counted, the machine rolled back (a snapshot of it taken
+  first).
+
 Size: one class whose parts share its state: applying, calls, becoming
-ready, fetching, confirming and auditing all take the same apply lock and
-complete the same pending calls (the transfer protocol, configuration,
-durability and the commit rule's bookkeeping are modules of their own
-already).
+ready, fetching, confirming, auditing and deciding after a partition all
+take the same apply lock and complete the same pending calls (the transfer
+protocol, configuration, durability and the commit rule's bookkeeping are
+modules of their own already). The next part to move out, should it grow,
+is the decision after a partition (``_decide`` and ``_fork``): it reads the
+replica and asks peers, and changes nothing itself.
 """
 
 from __future__ import annotations
