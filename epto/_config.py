@@ -69,7 +69,10 @@ class Config:
 
     The global clock is made safe for unsynchronised clocks: a timestamp is
     ``max(now * clock_resolution, highest timestamp seen + 1)``, so a process
-    whose clock lags never has its own events rejected.
+    whose clock lags never has its own events rejected, and never above
+    :meth:`Process.stamp_limit` (a broadcast waits instead), so that no peer
+    whose clock is within ``max_clock_skew`` refuses it (docs/parameters.md,
+    *The global clock's guard*).
     """
 
     ordering: OrderingKind = attrs.field(
@@ -112,7 +115,23 @@ class Config:
     ahead of this process's. A received event whose ``ts`` is above
     ``(now + 2 * max_clock_skew) * clock_resolution`` is refused (fault
     ``"ts-ahead"``); received timestamps move the clock at most to
-    ``(now + max_clock_skew) * clock_resolution``."""
+    ``(now + max_clock_skew) * clock_resolution``. A process stamps its own
+    events at most ``floor(max_clock_skew * clock_resolution) - 1`` ticks
+    ahead of ``now`` and holds the rest of a burst until its clock allows
+    them, so a correct member's events are never refused. With the global
+    clock, ``max_clock_skew * clock_resolution`` must be at least one tick."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.clock == "global":
+            ticks = self.max_clock_skew * self.clock_resolution
+            if not 1 <= ticks < 2**62:
+                raise ConfigurationError(
+                    "max_clock_skew * clock_resolution must be between 1 and 2**62 clock "
+                    f"ticks with the global clock, got {ticks!r} (max_clock_skew "
+                    f"{self.max_clock_skew!r}, clock_resolution {self.clock_resolution!r}): "
+                    "the guard against timestamps from the future would refuse every "
+                    "member's events; raise clock_resolution or max_clock_skew"
+                )
 
     @classmethod
     def for_group(

@@ -27,6 +27,14 @@ broadcasting events the others refuse. A :class:`LayeredBall` (what processes ha
 one Python process) is taken in constant time when its largest timestamp and
 its ttls are in bounds, and entry by entry otherwise.
 
+With the global clock a process never stamps its own event above
+:meth:`Process.stamp_limit` (one tick below the cap): every peer whose clock
+is at most ``max_clock_skew`` behind accepts it. A broadcast that would be
+stamped higher (a burst beyond what the resolution allows, or a clock that
+peers ahead of it pushed) waits, in order, and is stamped at a later round;
+a wait longer than ``2 * max_clock_skew`` is warned about (docs/parameters.md,
+*The global clock's guard*).
+
 Size: Algorithm 1 with its bounds on what peers claim (about 450 lines);
 the ordering rules are apart (``_ordering.py``), and what is left is one
 state machine whose entry points share the ball and clock state.
@@ -36,6 +44,7 @@ from __future__ import annotations
 
 import math
 import random
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from itertools import repeat
@@ -82,6 +91,11 @@ class ProcessStatistics:
     """Events received and not yet delivered."""
     last_delivered_ts: int
     clock: int
+    waiting: int = 0
+    """Global clock: broadcasts waiting for the clock to allow their timestamp
+    (:meth:`Process.stamp_limit`); they are stamped, in order, at later rounds."""
+    waited: int = 0
+    """Global clock: broadcasts that had to wait so far."""
     rejected: Mapping[str, int] = attrs.field(factory=dict)
     """Received copies refused because a value was out of bounds, by fault:
     ``"ts-ahead"`` (timestamp above :meth:`Process.ts_ceiling`), ``"bad-ttl"``
@@ -139,6 +153,11 @@ class Process:
         self._behind = 0
         self._clock_step = config.max_clock_step
         self._skew_ticks = math.floor(config.max_clock_skew * config.clock_resolution)
+        # Global clock: own broadcasts (seq, payload, when) whose timestamp
+        # would exceed stamp_limit; stamped in order at later rounds.
+        self._waiting: deque[tuple[int, bytes, float]] = deque()
+        self._waited = 0
+        self._wait_warned = False
         self._rejected: dict[str, int] = {}
         self._next_seq = first_seq(incarnation)
         # After resume_after with the logical clock: own broadcasts (seq,
@@ -183,16 +202,68 @@ class Process:
             self._broadcasts += 1
             return (self.pid, seq)
         seq = self._next_seq
+        if self._global_clock and (self._waiting or self._next_ts(now) > self.stamp_limit(now)):
+            # Stamped now, it could exceed what a peer whose clock lags by
+            # max_clock_skew accepts: it waits for the clock (_release_waiting).
+            self._next_seq = seq + 1
+            self._waiting.append((seq, bytes(payload), now))
+            self._waited += 1
+            self._broadcasts += 1
+            return (self.pid, seq)
         self._stamp(seq, payload, now)
         self._next_seq = seq + 1
         self._broadcasts += 1
         return (self.pid, seq)
 
+    def _next_ts(self, now: float) -> int:
+        """The timestamp the next own event gets: above every timestamp seen
+        and, with the global clock, at least ``now`` in ticks. With the global
+        clock "seen" includes accepted timestamps the cap has not let the
+        clock reach yet: an event stamped at or below one of them could come
+        after it was delivered elsewhere and be refused as stale."""
+        if self._global_clock:
+            return max(max(self._clock, self._behind) + 1, math.floor(now * self._resolution))
+        return self._clock + 1
+
+    def stamp_limit(self, now: float) -> int:
+        """Global clock: the largest timestamp this process gives its own events
+        at ``now``, ``floor(now * clock_resolution) + floor(max_clock_skew *
+        clock_resolution) - 1``. A peer whose ``now`` is at most
+        ``max_clock_skew`` behind accepts it (its :meth:`ts_ceiling` is one
+        skew higher); a broadcast that would be stamped above it waits. With
+        the logical clock there is no such limit (``2**64 - 1``)."""
+        if not self._global_clock:
+            return U64_MAX
+        return math.floor(now * self._resolution) + self._skew_ticks - 1
+
+    def _release_waiting(self, now: float) -> None:
+        """Stamp waiting broadcasts, in order, while the clock allows."""
+        waiting = self._waiting
+        limit = self.stamp_limit(now)
+        while waiting and self._next_ts(now) <= limit:
+            seq, payload, _ = waiting.popleft()
+            self._stamp(seq, payload, now)
+        if not waiting:
+            self._wait_warned = False
+            return
+        waited = now - waiting[0][2]
+        if not self._wait_warned and waited > 2 * self.config.max_clock_skew:
+            self._wait_warned = True
+            warnings.warn(
+                f"EpTO process {self.pid}: {len(waiting)} broadcasts wait for the global "
+                f"clock, the oldest for {waited:g} (twice max_clock_skew is "
+                f"{2 * self.config.max_clock_skew:g}); the next timestamp is "
+                f"{self._next_ts(now) - limit} ticks past what every peer accepts: "
+                "broadcasts come faster than "
+                "clock_resolution timestamps per unit of now, or a member's clock runs "
+                "more than max_clock_skew ahead (statistics().waiting)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
     def _stamp(self, seq: int, payload: bytes | bytearray | memoryview, now: float) -> None:
         """Give event ``seq`` its timestamp and put it in the next ball."""
-        ts = self._clock + 1
-        if self._global_clock:
-            ts = max(ts, math.floor(now * self._resolution))
+        ts = self._next_ts(now)
         if ts > U64_MAX:
             # Only a clock (or ``now``) the caller drove there gets here: what
             # peers claim is bounded by ts_ceiling. Nothing has changed.
@@ -404,6 +475,7 @@ class Process:
             "next_ball": self._next_ball_size(),
             "outbox": len(self._outbox),
             "deliveries": len(self._deliveries),
+            "waiting": len(self._waiting),
         }
         sizes.update(self._ordering.memory_sizes())
         return sizes
@@ -427,6 +499,8 @@ class Process:
             pending=self._ordering.pending,
             last_delivered_ts=self._ordering.last_delivered_ts,
             clock=self._clock,
+            waiting=len(self._waiting),
+            waited=self._waited,
             rejected=dict(self._rejected),
         )
 
@@ -457,6 +531,8 @@ class Process:
             self._clock = max(self._clock, min(self._behind, self.clock_cap(now)))
         if self._held is not None and (self._heard or self._rounds >= self._hold_until_round):
             self._release_held(now)
+        if self._waiting:
+            self._release_waiting(now)
         # nextBall: every pending copy merged, larger ttl kept.
         # Every copy aged by one: the merged layers move up one ttl, unchanged.
         ball = merge_balls(self._sources(), self._relay_ttl, 1)
