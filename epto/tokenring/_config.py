@@ -8,6 +8,7 @@ milliseconds; scale every timeout with the link latency of the deployment.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import attrs
 
@@ -250,6 +251,68 @@ class TokenRingConfig:
         scaled = {name: getattr(self, name) * factor for name in times}
         optimistic = None if self.optimistic is None else self.optimistic.scaled(factor)
         return attrs.evolve(self, optimistic=optimistic, **scaled)
+
+    def timing_floors(self, group_size: int, latency: float) -> dict[str, float]:
+        """The shortest timeouts a group of ``group_size`` members can live
+        with when one-way link delays (scheduling delays included) reach
+        ``latency`` (docs/token-ring.md, *Timing*):
+
+        * ``token_timeout``: ``group_size * (2 * token_hold + 3 * latency)``.
+          An idle holder keeps the token ``token_timeout / (2 * core)`` (a
+          busy one at most that), so a rotation takes ``token_timeout / 2``
+          plus one link delay per member; a shorter timeout declares the
+          token lost before it comes round, and every view change that
+          regenerates it does so again (a livelock);
+        * ``suspect_timeout``: two heartbeat intervals and four delays;
+        * ``change_timeout``: four delays (two round trips of consensus);
+        * ``readmit_after``: eight delays; ``exclude_timeout``: twenty, and
+          above the suspicion floor;
+        * ``fetch_timeout``: half a delay.
+        """
+        if not (isinstance(group_size, int) and group_size >= 1):
+            raise ConfigurationError(f"group size must be >= 1, got {group_size!r}")
+        if not latency >= 0:
+            raise ConfigurationError(f"latency must be >= 0, got {latency!r}")
+        suspect = 2 * self.heartbeat_interval + 4 * latency
+        return {
+            "token_timeout": group_size * (2 * self.token_hold + 3 * latency),
+            "suspect_timeout": suspect,
+            "change_timeout": 4 * latency,
+            "readmit_after": 8 * latency,
+            "exclude_timeout": max(20 * latency, 2 * suspect),
+            "fetch_timeout": latency / 2,
+        }
+
+    def check_timing(self, group_size: int, latency: float) -> None:
+        """Raise ``ConfigurationError`` naming every timeout below its floor
+        for ``group_size`` members and one-way delays up to ``latency``
+        (:meth:`timing_floors`); :meth:`fitted` corrects them instead."""
+        floors = self.timing_floors(group_size, latency)
+        short = [
+            f"{name}={getattr(self, name)!r} < {floor:.4g}"
+            for name, floor in floors.items()
+            if getattr(self, name) < floor
+        ]
+        if short:
+            raise ConfigurationError(
+                f"TokenRingConfig cannot work for {group_size} members at one-way delays "
+                f"up to {latency!r}: {', '.join(short)} (a token timeout below one "
+                "rotation regenerates the token for ever; raise them, or use "
+                "TokenRingConfig.fitted)"
+            )
+
+    def fitted(self, group_size: int, latency: float) -> TokenRingConfig:
+        """This configuration with every timeout raised to its floor for
+        ``group_size`` members and one-way delays up to ``latency``
+        (:meth:`timing_floors`); itself when none is below."""
+        floors = self.timing_floors(group_size, latency)
+        raised: dict[str, Any] = {n: f for n, f in floors.items() if getattr(self, n) < f}
+        if not raised:
+            return self
+        fit = attrs.evolve(self, **raised)
+        if fit.exclude_timeout <= fit.suspect_timeout:
+            fit = attrs.evolve(fit, exclude_timeout=2 * fit.suspect_timeout)
+        return fit
 
     def effective_k(self, members: int, core: int) -> int:
         """The resiliency level used in a view of ``members`` with ``core`` core members."""

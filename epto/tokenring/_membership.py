@@ -229,3 +229,101 @@ def wanted_change(
         token_lost=token_lost,
         replace=replace,
     )
+
+
+MAX_BACKOFF = 16.0
+"""Most that view changes without progress multiply the suspicion and token
+timeouts by (:class:`Timing`)."""
+
+
+class Timing:
+    """The timeouts a member uses: its configuration's, raised to fit the
+    round trips it measures and the core's size, and backed off while view
+    changes bring no progress.
+
+    * **Measured latency** (as TCP derives its retransmission timeout,
+      RFC 6298): every token this member passes and sees acknowledged
+      without a resend is a round-trip sample (scheduling delays and the
+      wait for missing messages included); ``srtt`` and ``rttvar`` follow
+      them, and ``(srtt + 4 * rttvar) / 2`` is the one-way delay the
+      timeouts are fitted to (:meth:`TokenRingConfig.fitted`): a token
+      timeout of at least one rotation at that delay, suspicion above two
+      heartbeats and four delays, and so on. A configured timeout above its
+      floor is kept.
+    * **Back-off**: a view change installed while messages waited and none
+      was delivered since the previous change doubles the suspicion and
+      token timeouts (at most :data:`MAX_BACKOFF` times, and suspicion
+      below the exclusion timeout); a change after progress, or progress
+      with no change for four suspicion timeouts, halves it again. Members
+      that suspect each other because they are starved of CPU, or a token
+      timeout too short for the ring, stop changing views within a few
+      doublings.
+    """
+
+    __slots__ = ("_base", "_change_seen", "_fit_latency", "backoff", "rttvar", "srtt")
+
+    def __init__(self, base: TokenRingConfig) -> None:
+        self._base = base
+        self.srtt: float | None = None
+        self.rttvar = 0.0
+        self.backoff = 1.0
+        self._fit_latency = 0.0
+        self._change_seen: tuple[float, int] | None = None
+        """(when, delivered count) at the last change or decay step."""
+
+    def latency(self) -> float:
+        """The one-way delay the timeouts are fitted to (0 before any sample)."""
+        if self.srtt is None:
+            return 0.0
+        return (self.srtt + 4 * self.rttvar) / 2
+
+    def sample(self, rtt: float) -> bool:
+        """Take a round-trip sample; True when the fitted delay moved enough
+        (a quarter) to fit the timeouts again."""
+        if not rtt >= 0:
+            return False
+        if self.srtt is None:
+            self.srtt = rtt
+            self.rttvar = rtt / 2
+        else:
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
+            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+        latency = self.latency()
+        return abs(latency - self._fit_latency) > 0.25 * max(self._fit_latency, 1e-9)
+
+    def changed(self, now: float, delivered: int, waiting: bool) -> bool:
+        """A view change was installed; True when the back-off moved."""
+        last = self._change_seen
+        self._change_seen = (now, delivered)
+        before = self.backoff
+        if last is not None and waiting and delivered <= last[1]:
+            self.backoff = min(MAX_BACKOFF, 2 * self.backoff)
+        elif last is None or delivered > last[1]:
+            self.backoff = max(1.0, self.backoff / 2)
+        return self.backoff != before
+
+    def quiet(self, now: float, delivered: int, suspect: float) -> bool:
+        """Time passed: with progress and no change for four suspicion
+        timeouts, halve the back-off; True when it moved."""
+        last = self._change_seen
+        if self.backoff <= 1 or last is None:
+            return False
+        if now - last[0] < 4 * suspect or delivered <= last[1]:
+            return False
+        self._change_seen = (now, delivered)
+        self.backoff = max(1.0, self.backoff / 2)
+        return True
+
+    def config(self, core: int) -> TokenRingConfig:
+        """The configuration with the timeouts in use for a core of ``core``."""
+        base = self._base
+        self._fit_latency = latency = self.latency()
+        fit = base.fitted(max(1, core), latency)
+        if self.backoff == 1:
+            return fit
+        suspect = min(fit.suspect_timeout * self.backoff, fit.exclude_timeout / 2)
+        return attrs.evolve(
+            fit,
+            suspect_timeout=max(fit.suspect_timeout, suspect),
+            token_timeout=fit.token_timeout * self.backoff,
+        )

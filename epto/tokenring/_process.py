@@ -58,7 +58,7 @@ from ._delayplans import DelayPlans
 from ._durable import DurableState
 from ._fetch import Fetcher
 from ._joins import Joins
-from ._membership import Input, Role, transition
+from ._membership import Input, Role, Timing, transition
 from ._messages import (
     Accept,
     Accepted,
@@ -234,6 +234,15 @@ class TokenRingProcess:
             }
         self._durable_key: tuple[object, ...] | None = None
         """The key of the vote :meth:`take_durable` handed out last."""
+        self._timing = Timing(config)
+        """The timeouts in use (``Shared.cfg``): ``config``'s, fitted to the
+        round trips measured and the core, backed off while view changes
+        bring no progress (:class:`._membership.Timing`)."""
+        self._sent_token: tuple[ProcessId, int, int, float, bool] | None = None
+        """The token passed last: (to, instance, hop, first sent, resent)."""
+        self._changes_seen = 0
+        self._fit_core = 0
+        self._fit_timing(now)
         self._restarted = members is not None or restarted
         """Started as a bootstrap member, or as a restart of a member (it may
         be joining: see :meth:`broadcast`)."""
@@ -352,11 +361,14 @@ class TokenRingProcess:
             # neither a sign of the member's life nor part of its links.)
             s.fd.heard(sender, now, s.cfg.suspect_timeout)
             self._out.arrived(sender, message)
+        if isinstance(message, TokenAck):
+            self._token_acked(sender, message, now)
         try:
             handler(sender, message, now)
             self._data.deliver(now)
         except seqr.Divergence:
             self._diverged()
+        self._watch_timing(now)
 
     def _incarnation_refusal(self, sender: ProcessId, message: Message, now: float) -> str | None:
         """Why ``message`` must be dropped because of the incarnation it comes
@@ -415,6 +427,7 @@ class TokenRingProcess:
             self._handle_timer(now)
         except seqr.Divergence:
             self._diverged()
+        self._watch_timing(now)
 
     def _handle_timer(self, now: float) -> None:
         if self._s.role is Role.JOINING:
@@ -429,6 +442,49 @@ class TokenRingProcess:
         if self._optimistic is not None:
             self._optimistic.plans.tick(now)
         self._data.deliver(now)
+
+    # -- timeouts that fit (docs/token-ring.md, *Timing*) ---------------------
+
+    def timeouts(self) -> dict[str, float]:
+        """The timeouts in use now, by ``TokenRingConfig`` field name, with
+        ``latency`` (the one-way delay they are fitted to) and ``backoff``."""
+        cfg = self._s.cfg
+        out = {name: getattr(cfg, name) for name in cfg.timing_floors(1, 0.0)}
+        out["latency"] = self._timing.latency()
+        out["backoff"] = self._timing.backoff
+        return out
+
+    def _fit_timing(self, now: float) -> None:
+        s = self._s
+        self._fit_core = core = max(len(s.config.core), 1)
+        s.cfg = self._timing.config(core)
+
+    def _token_acked(self, sender: ProcessId, ack: TokenAck, now: float) -> None:
+        """A round-trip sample: the token we passed came back acknowledged
+        (not after a resend, whose acknowledgement could be the first send's)."""
+        sent = self._sent_token
+        if sent is None or sent[0] != sender or sent[1] != ack.instance or sent[2] != ack.hop:
+            return
+        self._sent_token = None
+        if not sent[4] and self._timing.sample(now - sent[3]):
+            self._fit_timing(now)
+
+    def _watch_timing(self, now: float) -> None:
+        """After every input: note the token passed (for its round trip), a
+        change installed (for the back-off), a core of another size."""
+        s = self._s
+        changes = s.counts.light + s.counts.full
+        book = s.book
+        refit = len(s.config.core) != self._fit_core
+        if changes != self._changes_seen:
+            self._changes_seen = changes
+            self._sent_token = None
+            waiting = bool(book.pool) or book.next_deliver < self._tokens.snap.next_seq
+            refit |= self._timing.changed(now, book.delivered_count, waiting)
+        else:
+            refit |= self._timing.quiet(now, book.delivered_count, s.cfg.suspect_timeout)
+        if refit:
+            self._fit_timing(now)
 
     def _diverged(self) -> None:
         """Our delivered prefix differs from the group's order (possible only
@@ -501,7 +557,21 @@ class TokenRingProcess:
         return min(t, self._change.timer())
 
     def messages_to_send(self) -> list[tuple[ProcessId, Message]]:
-        return self._out.take()
+        out = self._out.take()
+        for dest, message in out:
+            if isinstance(message, Token):
+                self._token_sent(dest, message)
+        return out
+
+    def _token_sent(self, dest: ProcessId, token: Token) -> None:
+        """Note the token passed (its acknowledgement is a round trip); a
+        resend of it makes the sample ambiguous (Karn's rule)."""
+        state = token.state
+        sent = self._sent_token
+        if sent is not None and sent[:3] == (dest, state.instance, state.hop):
+            self._sent_token = (*sent[:4], True)
+        else:
+            self._sent_token = (dest, state.instance, state.hop, self._s.now, False)
 
     def output_ready(self) -> bool:
         """Whether :meth:`messages_to_send` or :meth:`deliveries` would hand

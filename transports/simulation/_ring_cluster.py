@@ -22,6 +22,13 @@ class TokenRingCluster(Cluster):
     any latency model. ``loss`` is the probability that a send breaks its
     link for ``break_duration`` (what is in flight on it is lost). Time is
     exact (no quantum) unless ``quantum`` is given.
+
+    ``fit`` (the default) raises every timeout of ``config`` below its floor
+    for ``n`` members at the model's largest latency
+    (:meth:`TokenRingConfig.fitted`; :attr:`corrections` lists them), so
+    that no run livelocks on a token timeout shorter than one rotation;
+    ``fit=False`` runs ``config`` as given (the members' own measured
+    timeouts then have to make up for it).
     """
 
     def __init__(
@@ -34,10 +41,19 @@ class TokenRingCluster(Cluster):
         loss: float = 0.0,
         break_duration: float = 0.05,
         quantum: float | None = None,
+        fit: bool = True,
     ) -> None:
         self._departed: dict[ProcessId, TokenRingProcess] = {}
         self.crashed: set[ProcessId] = set()
         latency = UniformLatency(*delay) if isinstance(delay, tuple) else delay
+        self.corrections: dict[str, tuple[float, float]] = {}
+        """Timeouts ``fit`` raised: name -> (given, used)."""
+        if fit:
+            fitted = config.fitted(n, latency.maximum)
+            for name in config.timing_floors(n, latency.maximum):
+                if getattr(fitted, name) != getattr(config, name):
+                    self.corrections[name] = (getattr(config, name), getattr(fitted, name))
+            config = fitted
         super().__init__(
             n,
             seed=seed,

@@ -244,7 +244,9 @@ class SimulationSpec:
     ) -> TokenRingConfig:
         """The token ring's configuration: the defaults (in seconds) scaled to
         ticks, with every timeout kept well above the largest one-way latency
-        of the model."""
+        of the model, and at least its floor for the group and that latency
+        (:meth:`TokenRingConfig.fitted`: a token timeout below one rotation
+        regenerates the token for ever)."""
         optimistic = (
             None if self.optimistic is None else OptimisticConfig(planner=self.optimistic)  # type: ignore[arg-type]
         )
@@ -258,4 +260,4 @@ class SimulationSpec:
             token_timeout=max(base.token_timeout, 8 * top),
             change_timeout=max(base.change_timeout, 4 * top),
             fetch_timeout=max(base.fetch_timeout, top / 2),
-        )
+        ).fitted(self.processes, top)
