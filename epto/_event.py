@@ -72,6 +72,10 @@ class DeliveryTag(enum.Enum):
     FINAL = "final"
     """Delivered in the total order, in a group that delivers optimistically:
     ``Delivery.reordered`` says whether the optimistic delivery predicted it."""
+    REVOKED = "revoked"
+    """The end of an ``OPTIMISTIC`` delivery whose message is not in the total
+    order and never will be: its source left the view before the group
+    sequenced it (docs/optimistic.md). Not a step of the total order."""
 
 
 @attrs.frozen(kw_only=True, slots=True)

@@ -26,8 +26,8 @@ class Sink:
 
     def write(self, delivery: Any) -> None:
         print(_line(delivery), file=self.out, flush=True)
-        if delivery.tag.value == "optimistic":
-            return  # its final delivery is the one counted and logged
+        if delivery.tag.value in ("optimistic", "revoked"):
+            return  # not steps of the total order: the final deliveries are counted and logged
         self.count += 1
         if self.log is not None:
             from epto.log import micros

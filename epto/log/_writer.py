@@ -177,11 +177,14 @@ class DeliveryLogWriter:
     ) -> int:
         """Log one delivery; returns its delivery index.
 
-        An ``OPTIMISTIC`` delivery is refused (``LocalProtocolError``): the log
-        holds the total order, and that message's ``FINAL`` delivery follows."""
-        if delivery.tag is DeliveryTag.OPTIMISTIC:
+        An ``OPTIMISTIC`` or ``REVOKED`` delivery is refused
+        (``LocalProtocolError``): the log holds the total order; an optimistic
+        delivery's ``FINAL`` one follows, or its ``REVOKED`` one (the message
+        is not in the order)."""
+        if delivery.tag is DeliveryTag.OPTIMISTIC or delivery.tag is DeliveryTag.REVOKED:
             raise LocalProtocolError(
-                "an optimistic delivery is not a step of the total order: log its final delivery"
+                f"a delivery tagged {delivery.tag.value} is not a step of the total order: "
+                "log the final delivery"
             )
         event = delivery.event
         return self.append_fields(

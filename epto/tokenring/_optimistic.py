@@ -30,6 +30,15 @@ Rules:
   (:func:`._sequencer.pick`).
 * **Delays** come from :class:`._delayplans.DelayPlans` (probes, reports,
   the coordinator's plans); until a plan arrives they are zero.
+* **Revocation.** When this member installs a configuration without a
+  source, that source's messages (of the incarnation that left, or an
+  earlier one) that the configuration's decided state has not sequenced are
+  *departed*: no holder of this or any later configuration sequences them
+  (they are left out of :meth:`OptimisticPath.sequencing_order`), so they
+  are not in the order and never will be. Each one delivered optimistically
+  here ends with a ``REVOKED`` delivery; the others leave the pool unseen.
+  Every member of the group takes the same decision from the same decided
+  state (with the default ``k``, no assignment outside it becomes stable).
 """
 
 from __future__ import annotations
@@ -37,9 +46,10 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from .._event import Delivery, DeliveryTag, Event, EventId, ProcessId
+from .._incarnation import COUNT_BITS
 from ._delayplans import DelayPlans
 from ._membership import Role
 from ._shared import Shared
@@ -51,7 +61,10 @@ class OptimisticPath:
 
     __slots__ = (
         "_deliveries",
+        "_departed",
+        "_instance",
         "_last",
+        "_members",
         "_s",
         "_scheduled",
         "_tentative",
@@ -60,6 +73,7 @@ class OptimisticPath:
         "optimistic",
         "plans",
         "reordered",
+        "revoked",
         "unannounced",
     )
 
@@ -77,10 +91,72 @@ class OptimisticPath:
         """Latest optimistic time given to each source's messages."""
         self._tentative: dict[EventId, None] = {}
         """Delivered optimistically and not yet final, in delivery order."""
+        self._instance = shared.config.instance
+        self._members = frozenset(shared.config.members)
+        self._departed: dict[ProcessId, int] = {}
+        """Sources that left the view: their messages of this incarnation or
+        an earlier one are never sequenced from then on."""
         self.optimistic = 0
         self.confirmed = 0
         self.reordered = 0
         self.unannounced = 0
+        self.revoked = 0
+
+    # -- sources that left ---------------------------------------------------------
+
+    def _departed_message(self, eid: EventId) -> bool:
+        bound = self._departed.get(eid[0])
+        return bound is not None and eid[1] >> COUNT_BITS <= bound
+
+    def _check_view(self) -> None:
+        """On a newly installed configuration: the sources it left out are
+        departed, and their messages that its decided state did not sequence
+        end here."""
+        s = self._s
+        config = s.config
+        if config.instance == self._instance:
+            return
+        self._instance = config.instance
+        members = frozenset(config.members)
+        gone = self._members - members
+        self._members = members
+        departed = self._departed
+        for pid in gone:
+            departed[pid] = max(departed.get(pid, -1), self._highest_incarnation(pid))
+        limit = 4 * len(members) + 64
+        if len(departed) > limit:
+            # The oldest departures have no message left in flight.
+            self._departed = dict(list(departed.items())[-limit:])
+        self._revoke(config.state.already_sequenced)
+
+    def _highest_incarnation(self, pid: ProcessId) -> int:
+        """The incarnation of ``pid`` that left: the one recorded, or the
+        highest among its messages here."""
+        known = self._s.incarnations.get(pid)
+        highest = -1 if known is None else known
+        for ids in (self._s.book.pool, self._waiting, self._tentative):
+            for source, seq in ids:
+                if source == pid:
+                    highest = max(highest, seq >> COUNT_BITS)
+        return highest
+
+    def _revoke(self, sequenced: Callable[[EventId], bool]) -> None:
+        """End every departed message not ``sequenced``: ``REVOKED`` if it was
+        delivered optimistically here, dropped silently otherwise."""
+        departed = self._departed_message
+        book = self._s.book
+        pool = book.pool
+        for eid in [e for e in self._tentative if departed(e) and not sequenced(e)]:
+            del self._tentative[eid]
+            event = book.payload(eid)
+            if event is None:  # not kept here any more: the id still ends
+                event = Event(source=eid[0], seq=eid[1], ts=0, payload=b"")
+            self._deliveries.append(Delivery(event=event, tag=DeliveryTag.REVOKED))
+            self.revoked += 1
+        for eid in [e for e in self._waiting if departed(e) and not sequenced(e)]:
+            del self._waiting[eid]
+        for eid in [e for e in pool if departed(e) and not sequenced(e)]:
+            del pool[eid]
 
     # -- optimistic deliveries -------------------------------------------------
 
@@ -88,6 +164,10 @@ class OptimisticPath:
         """Schedule the optimistic delivery of ``event``, which just entered the book."""
         eid = event.id
         if eid in self._waiting or eid in self._tentative:
+            return
+        self._check_view()
+        if self._departed_message(eid) and not self._s.config.state.already_sequenced(eid):
+            self._s.book.pool.pop(eid, None)  # never sequenced: never delivered here
             return
         source = event.source
         at = max(now + self.plans.delays.get(source, 0.0), self._last.get(source, -math.inf))
@@ -101,6 +181,7 @@ class OptimisticPath:
 
     def deliver_due(self, now: float) -> None:
         """Deliver optimistically every scheduled message whose time has come."""
+        self._check_view()
         heap = self._scheduled
         waiting = self._waiting
         book = self._s.book
@@ -137,14 +218,16 @@ class OptimisticPath:
         of the token: what is delivered optimistically (after delivering what is
         due), then nothing else; a message of the pool never scheduled here is
         scheduled now."""
+        self._check_view()
         pool = self._s.book.pool
         waiting = self._waiting
         tentative = self._tentative
-        for eid, event in pool.items():
+        for eid, event in list(pool.items()):
             if eid not in waiting and eid not in tentative:
                 self.arrived(event, now)
         self.deliver_due(now)
-        return [eid for eid in tentative if eid in pool]
+        departed = self._departed_message
+        return [eid for eid in tentative if eid in pool and not departed(eid)]
 
     def tentative_count(self) -> int:
         """Messages delivered optimistically and not final yet (at least the
@@ -162,6 +245,7 @@ class OptimisticPath:
     def statistics(self) -> OptimisticStatistics:
         return OptimisticStatistics(
             optimistic=self.optimistic,
+            revoked=self.revoked,
             confirmed=self.confirmed,
             reordered=self.reordered,
             unannounced=self.unannounced,

@@ -63,6 +63,9 @@ class OptimisticStatistics:
     """The delay this member adds to each sender's messages now."""
     latencies: tuple[tuple[ProcessId, float], ...]
     """This member's one-way latency estimate to each peer."""
+    revoked: int = 0
+    """Optimistic deliveries ended by a ``REVOKED`` delivery: their source
+    left the view before the group sequenced them."""
 
 
 @attrs.frozen(kw_only=True, slots=True)
