@@ -128,7 +128,8 @@ def _run(spark: Any, root: str) -> tuple[dict[str, Any], list[tuple[float, int]]
         if "DATA_SOURCE_NOT_FOUND" not in str(exc):
             raise
         # No epto-jvm jar on this session's classpath (no javac where it was built).
-        base = spark.read.format("epto").schema(schema).load(root)
+        reader = spark.read.format("epto").option("rows", "per-node")  # nodes against each other
+        base = reader.schema(schema).load(root)
     base = base.persist(StorageLevel.MEMORY_AND_DISK)
     manifest_path = os.path.join(root, MANIFEST)
     manifest = None

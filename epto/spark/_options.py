@@ -48,11 +48,22 @@ OPTIONS = {
         "failOnDataLoss",
         "minPartitions",
         "maxRecordsPerPartition",
+        "rows",
     )
 }
 """Every option the source knows (Spark passes keys lower-cased)."""
 BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
 STREAMING_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
+PER_NODE_ONLY = (
+    "startingTimestamp",
+    "endingTimestamp",
+    "startingOffsetsByTimestamp",
+    "endingOffsetsByTimestamp",
+)
+"""Options that pick a record per node's log, meaningless over the group's order."""
+ROWS = ("events", "per-node")
+"""``rows``: one row per event of the group's order (the default), or one row
+per delivery in every node's log."""
 
 
 @attrs.frozen(kw_only=True, slots=True)
@@ -88,6 +99,8 @@ class SourceOptions:
     fail_on_data_loss: bool
     min_partitions: int | None
     max_records_per_partition: int
+    per_node: bool = False
+    """``rows=per-node``: every node's log, a row per delivery (offsets per node)."""
 
 
 def _json_object(name: str, text: str) -> dict[str, int]:
@@ -261,6 +274,21 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
     if delay is not None:
         max_delay = duration_ms("maxTriggerDelay", delay)
     fail_on_data_loss = _bool("failOnDataLoss", opts.get("failondataloss", "true"))
+    rows = opts.get("rows", "events").strip().lower()
+    if rows not in ROWS:
+        raise ConfigurationError(f"rows must be events or per-node, got {rows!r}")
+    if rows == "events":
+        for name in PER_NODE_ONLY:
+            if name.lower() in opts:
+                raise ConfigurationError(
+                    f"{name} picks records in each node's log: set rows=per-node to use it"
+                )
+        for name, spec in (("startingOffsets", starting), ("endingOffsets", ending)):
+            if isinstance(spec, dict):
+                raise ConfigurationError(
+                    f"{name} as JSON names per-node delivery indices: set rows=per-node, or use "
+                    "earliest/latest over the group's order"
+                )
     min_partitions = positive("minPartitions")
     per_partition = positive("maxRecordsPerPartition") or DEFAULT_MAX_RECORDS_PER_PARTITION
     return SourceOptions(
@@ -274,6 +302,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         fail_on_data_loss=fail_on_data_loss,
         min_partitions=min_partitions,
         max_records_per_partition=per_partition,
+        per_node=rows == "per-node",
     )
 
 

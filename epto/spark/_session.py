@@ -10,6 +10,9 @@ from typing import Any
 
 from . import _jvm
 
+HIDE_TRACEBACK = "spark.sql.execution.pyspark.udf.hideTraceback.enabled"
+"""Spark's setting that gives a Python worker's error as its last line only."""
+
 
 def register(spark: Any) -> None:
     """Make the ``epto`` format work: ``spark.read``/``readStream`` of delivery
@@ -61,6 +64,12 @@ def session(master: str | None = None, *, app_name: str = "epto", **conf: str) -
     ``conf`` entries are passed to the builder (and win). Python workers run
     this interpreter and import this ``epto`` (:func:`worker_settings`).
 
+    Errors raised by the ``epto`` source reach the user as one line (the
+    exception's type and message, without the Python worker's traceback):
+    ``spark.sql.execution.pyspark.udf.hideTraceback.enabled`` is true, which
+    hides the traceback of Python UDFs' errors too; pass it as ``"false"`` to
+    see them.
+
     When ``javac`` is present, the JVM reader (``format("epto-jvm")``) is built
     on first use (:func:`jvm_jar`) and added to ``spark.jars``.
     """
@@ -74,6 +83,7 @@ def session(master: str | None = None, *, app_name: str = "epto", **conf: str) -
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
+        HIDE_TRACEBACK: "true",
     }
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

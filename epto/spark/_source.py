@@ -28,6 +28,7 @@ from pyspark.sql.types import StructType
 from .._errors import ConfigurationError, EptoError
 from ..log import LogGapError, list_nodes, node_directory
 from ._columnar import COLUMN_TYPES, decode, extent, first_at_or_after, scan_frames
+from ._events import START, Cursor, EventsLossError, Plan, pack_runs, plan, read_runs
 from ._options import (
     EARLIEST,
     LATEST,
@@ -65,6 +66,37 @@ Range = tuple[str, int, int, int]
 
 class DataLossError(EptoError):
     """Records a query should read are gone (and ``failOnDataLoss`` is true)."""
+
+
+class EventsPartition(InputPartition):
+    """Runs of the group's order (:mod:`epto.spark._events`) that one task reads."""
+
+    def __init__(self, runs: Sequence[Any]) -> None:
+        super().__init__(tuple(runs))
+        self.runs = tuple(runs)
+
+
+def events_partitions(options: SourceOptions, runs: Sequence[Any]) -> list[EventsPartition]:
+    parts = pack_runs(runs, options.max_records_per_partition, options.min_partitions)
+    return [EventsPartition(p) for p in parts] or [EventsPartition([])]
+
+
+def read_partition(
+    options: SourceOptions, columns: Sequence[str], partition: InputPartition
+) -> Iterator[pa.RecordBatch]:
+    if isinstance(partition, EventsPartition):
+        return read_runs(partition.runs, columns)
+    assert isinstance(partition, EptoPartition)
+    return read_ranges(
+        partition.ranges, fail_on_data_loss=options.fail_on_data_loss, columns=columns
+    )
+
+
+def _plan_events(options: SourceOptions, start: Cursor, **kwargs: Any) -> Plan:
+    try:
+        return plan(options.path, start, fail_on_data_loss=options.fail_on_data_loss, **kwargs)
+    except EventsLossError as exc:
+        raise DataLossError(str(exc)) from None
 
 
 class EptoPartition(InputPartition):
@@ -244,8 +276,10 @@ class EptoBatchReader(DataSourceReader):
         self.columns = tuple(columns)
         self.pushed: Pushed | None = None
 
-    def partitions(self) -> Sequence[EptoPartition]:
+    def partitions(self) -> Sequence[InputPartition]:
         opts = self.options
+        if not opts.per_node:
+            return events_partitions(opts, _plan_events(opts, START, final_only=False).runs)
         planner = _Planner(opts)
         bounds = planner.bounds()
         wanted = planner.resolve("startingOffsets", opts.starting, bounds, default=EARLIEST)
@@ -264,12 +298,7 @@ class EptoBatchReader(DataSourceReader):
         return parts or [EptoPartition([])]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, EptoPartition)
-        return read_ranges(
-            partition.ranges,
-            fail_on_data_loss=self.options.fail_on_data_loss,
-            columns=self.columns,
-        )
+        return read_partition(self.options, self.columns, partition)
 
 
 class EptoFilteringReader(EptoBatchReader):
@@ -277,6 +306,9 @@ class EptoFilteringReader(EptoBatchReader):
     (:mod:`epto.spark._pushdown`); created only when Spark pushes filters."""
 
     def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
+        if not self.options.per_node:  # node and offset are not per-node here
+            yield from filters
+            return
         self.pushed = Pushed()
         for flt in filters:
             if not self.pushed.take(flt):
@@ -298,8 +330,14 @@ class EptoStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: Offsets | None = None
         self._clock = clock
         self._last_trigger: float | None = None
+        self._events_cursor: Cursor | None = None
+        self._events_target: Cursor | None = None
 
-    def initialOffset(self) -> dict[str, int]:
+    def initialOffset(self) -> dict[str, Any]:
+        if not self.options.per_node:
+            if self.options.starting == "latest":
+                return self._events_plan(START).cursor.to_json()
+            return START.to_json()
         bounds = self._planner.bounds()
         start = self._planner.resolve(
             "startingOffsets", self.options.starting, bounds, default=EARLIEST
@@ -307,7 +345,13 @@ class EptoStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._cursor = start
         return to_json(start)
 
+    def _events_plan(self, start: Cursor, limit: int | None = None) -> Plan:
+        return _plan_events(self.options, start, final_only=True, limit=limit)
+
     def prepareForTriggerAvailableNow(self) -> None:
+        if not self.options.per_node:
+            self._events_target = self._events_plan(self._events_cursor or START).cursor
+            return
         self._target = {n: end for n, (_, end) in self._planner.bounds().items()}
 
     def getDefaultReadLimit(self) -> Any:
@@ -321,6 +365,8 @@ class EptoStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ) -> dict[str, int]:
         """Spark 4.2+ passes ``(start, limit)``; 4.0 and 4.1 pass nothing, and then
         the reader continues from the offsets it returned last."""
+        if not self.options.per_node:
+            return self._latest_events(start, limit)
         bounds = self._planner.bounds()
         if start is None:
             given = dict(self._cursor) if self._cursor is not None else {}
@@ -339,6 +385,23 @@ class EptoStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._cursor = result
         return to_json(result)
 
+    def _latest_events(self, start: dict[str, Any] | None, limit: Any) -> dict[str, Any]:
+        if start is None:
+            given = self._events_cursor or START
+            max_rows = self.options.max_offsets_per_trigger
+        else:
+            given = Cursor.from_json(start)
+            max_rows = getattr(limit, "max_rows", None)
+        upto = self._events_target  # trigger(availableNow=True): what was there at start
+        result = _plan_events(
+            self.options, given, final_only=upto is None, limit=max_rows, upto=upto
+        )
+        backlog = result.cursor.next - given.next if result.runs else 0
+        if self._delay(backlog):
+            return given.to_json()
+        self._events_cursor = result.cursor
+        return result.cursor.to_json()
+
     def _delay(self, backlog: int) -> bool:
         """Kafka's ``minOffsetsPerTrigger``: wait while fewer records are available,
         unless ``maxTriggerDelay`` passed since the last micro-batch was planned.
@@ -356,10 +419,19 @@ class EptoStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_trigger = now
         return False
 
-    def reportLatestOffset(self) -> dict[str, int]:
+    def reportLatestOffset(self) -> dict[str, Any]:
+        if not self.options.per_node:
+            return self._events_plan(self._events_cursor or START).cursor.to_json()
         return to_json({n: end for n, (_, end) in self._planner.bounds().items()})
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[EptoPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        if not self.options.per_node:
+            upto = Cursor.from_json(end)
+            since = Cursor.from_json(start)
+            if upto.after is None or upto.after == since.after:
+                return []
+            runs = _plan_events(self.options, since, final_only=False, upto=upto).runs
+            return events_partitions(self.options, runs)
         bounds = self._planner.bounds()
         stop = from_json(end)
         begin = from_json(start)
@@ -370,12 +442,7 @@ class EptoStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return pack(opts.path, first, stop, opts.max_records_per_partition, opts.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, EptoPartition)
-        return read_ranges(
-            partition.ranges,
-            fail_on_data_loss=self.options.fail_on_data_loss,
-            columns=self.columns,
-        )
+        return read_partition(self.options, self.columns, partition)
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to release: logs are never deleted by the reader."""

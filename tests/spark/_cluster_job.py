@@ -25,6 +25,7 @@ def stream_once(spark: Any, logdir: str, out: Path) -> list[list[Any]]:
 
     query = (
         spark.readStream.format("epto")
+        .option("rows", "per-node")
         .option("startingOffsets", "earliest")
         .load(logdir)
         .select(*COLUMNS)
@@ -51,7 +52,7 @@ def main() -> None:
     spark = epto.spark.session(master, app_name="epto-standalone")
     spark.sparkContext.setLogLevel("ERROR")
 
-    df = spark.read.format("epto").load(logdir)
+    df = spark.read.format("epto").option("rows", "per-node").load(logdir)
     batch = [[*r[:6], bytes(r[6]).hex()] for r in df.select(*COLUMNS).collect()]
     # The JVM reader, shipped to the executors in spark.jars by session()
     # (not there without javac: then the Python source's rows stand in).

@@ -190,6 +190,7 @@ def test_min_offsets_per_trigger_waits_until_max_trigger_delay(tmp_path: Path) -
                 w.append_fields(source=node, seq=i, ts=i, payload=b"", delivered_at=i)
     opts = {
         "path": str(tmp_path),
+        "rows": "per-node",
         "startingOffsets": "earliest",
         "minOffsetsPerTrigger": "10",
         "maxTriggerDelay": "30s",
@@ -234,7 +235,7 @@ def test_bad_options_are_named(
     from epto.spark._options import parse_options
 
     with pytest.raises(ConfigurationError, match=message):
-        parse_options({"path": str(tmp_path), **options}, streaming=streaming)
+        parse_options({"path": str(tmp_path), "rows": "per-node", **options}, streaming=streaming)
 
 
 def test_offsets_json_flat_or_nested_and_paths_absolute(
@@ -244,14 +245,22 @@ def test_offsets_json_flat_or_nested_and_paths_absolute(
 
     (tmp_path / "logs").mkdir()
     monkeypatch.chdir(tmp_path)
-    flat = parse_options({"path": "logs", "startingOffsets": '{"3": 120}'}, streaming=False)
+    flat = parse_options(
+        {"path": "logs", "rows": "per-node", "startingOffsets": '{"3": 120}'}, streaming=False
+    )
     nested = parse_options(
-        {"path": "logs", "startingOffsets": '{"logs": {"3": 120}}'}, streaming=False
+        {"path": "logs", "rows": "per-node", "startingOffsets": '{"logs": {"3": 120}}'},
+        streaming=False,
     )
     assert flat.starting == nested.starting == {3: 120}
     assert flat.path == nested.path == str(tmp_path / "logs")
     by_time = parse_options(
-        {"path": "logs", "startingOffsetsByTimestamp": '{"t": {"2": 5}}', "startingTimestamp": "9"},
+        {
+            "path": "logs",
+            "rows": "per-node",
+            "startingOffsetsByTimestamp": '{"t": {"2": 5}}',
+            "startingTimestamp": "9",
+        },
         streaming=True,
     )
     assert by_time.starting == ByTimestamp(every=9)  # Kafka's precedence
@@ -270,6 +279,6 @@ def test_a_stream_starts_at_a_time(tmp_path: Path) -> None:
 
     write_mixed(tmp_path, 2, 400)  # delivered_at = 10**15 + 7 i microseconds
     millis = 10**12 + 1  # 10**15 + 1000 microseconds: record 143 (7 * 143 = 1001) is first
-    opts = {"path": str(tmp_path), "startingTimestamp": str(millis)}
+    opts = {"path": str(tmp_path), "rows": "per-node", "startingTimestamp": str(millis)}
     reader = EptoStreamReader(parse_options(opts, streaming=True))
     assert reader.initialOffset() == {"2": 143}

@@ -54,6 +54,7 @@ def test_batch_skips_exactly_what_is_missing(spark: Any, tmp_path: Path, lose: s
     for per_partition in ("1000000", "7", "13", "50"):
         df = (
             spark.read.format("epto")
+            .option("rows", "per-node")
             .option("failOnDataLoss", "false")
             .option("maxRecordsPerPartition", per_partition)
             .load(str(tmp_path))
@@ -66,9 +67,14 @@ def test_batch_skips_exactly_what_is_missing(spark: Any, tmp_path: Path, lose: s
 def test_batch_fails_on_data_loss_by_default(spark: Any, tmp_path: Path, lose: str) -> None:
     lossy_logs(tmp_path, lose=lose)
     with pytest.raises(Exception, match="failOnDataLoss"):
-        spark.read.format("epto").load(str(tmp_path)).collect()
+        spark.read.format("epto").option("rows", "per-node").load(str(tmp_path)).collect()
     # Ranges that avoid the loss read fine.
-    node1 = spark.read.format("epto").option("endingOffsets", '{"0": 5}').load(str(tmp_path))
+    node1 = (
+        spark.read.format("epto")
+        .option("rows", "per-node")
+        .option("endingOffsets", '{"0": 5}')
+        .load(str(tmp_path))
+    )
     assert node1.count() == 5 + 30
 
 
@@ -86,6 +92,7 @@ def test_stream_returns_every_record_that_exists_and_commits_no_more(
 
     q = (
         spark.readStream.format("epto")
+        .option("rows", "per-node")
         .option("startingOffsets", "earliest")
         .option("failOnDataLoss", "false")
         .option("maxOffsetsPerTrigger", "25")
@@ -130,6 +137,7 @@ def test_stream_offsets_never_pass_unread_records(tmp_path: Path) -> None:
             parse_options(
                 {
                     "path": str(tmp_path),
+                    "rows": "per-node",
                     "startingOffsets": "earliest",
                     "failOnDataLoss": "false",
                     "maxRecordsPerPartition": "5",
@@ -162,6 +170,7 @@ def test_stream_fails_on_data_loss_by_default(spark: Any, tmp_path: Path) -> Non
     lossy_logs(tmp_path / "logs", lose="tail")
     q = (
         spark.readStream.format("epto")
+        .option("rows", "per-node")
         .option("startingOffsets", "earliest")
         .load(str(tmp_path / "logs"))
         .writeStream.foreachBatch(lambda df, _: df.count())

@@ -41,7 +41,7 @@ def everything(df: Any) -> list[tuple[Any, ...]]:
 
 def both(spark: Any, root: Path, **options: str) -> tuple[Any, Any]:
     """The same read through the Python source and through the JVM reader."""
-    python = spark.read.format("epto").options(**options).load(str(root))
+    python = spark.read.format("epto").option("rows", "per-node").options(**options).load(str(root))
     jvm = spark.read.format("epto-jvm").options(**options).load(str(root))
     return python, jvm
 
@@ -159,7 +159,8 @@ def test_bad_options_fail_with_the_python_sources_message(
 ) -> None:
     timed_logs(tmp_path)
     try:  # the Python source's message, from its option parser or its planning
-        parsed = parse_options({"path": str(tmp_path), **options}, streaming=False)
+        given = {"path": str(tmp_path), "rows": "per-node", **options}
+        parsed = parse_options(given, streaming=False)
         from epto.spark._source import EptoBatchReader
 
         EptoBatchReader(parsed, ("node",)).partitions()

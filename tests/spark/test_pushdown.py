@@ -43,7 +43,9 @@ def test_filters_prune_nodes_and_offsets_before_reading(spark: Any, tmp_path: Pa
     damaged.write_bytes(bytes(data))
 
     def query(where: str) -> Any:
-        return spark.read.format("epto").load(str(tmp_path)).filter(where)
+        return (
+            spark.read.format("epto").option("rows", "per-node").load(str(tmp_path)).filter(where)
+        )
 
     wanted = "node = 0 AND offset >= 5 AND offset < 10"
     assert spark.conf.get(PUSHDOWN) == "false"

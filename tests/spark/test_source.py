@@ -72,12 +72,18 @@ def test_batch_read_equals_what_was_written(spark: Any, tmp_path: Path) -> None:
     run_cluster(tmp_path, n=4, events=25, segment_bytes=1024)
     expected = written(tmp_path)
     assert len(expected) == 100  # four processes deliver 25 events each
-    df = spark.read.format("epto").option("maxRecordsPerPartition", "30").load(str(tmp_path))
+    df = (
+        spark.read.format("epto")
+        .option("rows", "per-node")
+        .option("maxRecordsPerPartition", "30")
+        .load(str(tmp_path))
+    )
     assert df.rdd.getNumPartitions() >= 4
     assert rows(df) == expected
     # Offsets select per-node ranges, like Kafka's.
     part = (
         spark.read.format("epto")
+        .option("rows", "per-node")
         .option("startingOffsets", json.dumps({"1": 5, "2": -2}))
         .option("endingOffsets", json.dumps({"1": 9, "3": 0}))
         .load(str(tmp_path))
@@ -89,7 +95,9 @@ def test_batch_read_equals_what_was_written(spark: Any, tmp_path: Path) -> None:
 
 def test_batch_data_loss_is_reported(spark: Any, tmp_path: Path) -> None:
     append(tmp_path, 0, 5)
-    reader = spark.read.format("epto").option("startingOffsets", '{"0": 9}')
+    reader = (
+        spark.read.format("epto").option("rows", "per-node").option("startingOffsets", '{"0": 9}')
+    )
     with pytest.raises(Exception, match="failOnDataLoss"):
         reader.load(str(tmp_path)).collect()
     lenient = reader.option("failOnDataLoss", "false").load(str(tmp_path))
@@ -104,6 +112,7 @@ def test_streaming_reads_everything_once_then_only_new_records(spark: Any, tmp_p
     def run_once(name: str) -> tuple[set[tuple[Any, ...]], list[Any], int]:
         stream = (
             spark.readStream.format("epto")
+            .option("rows", "per-node")
             .option("startingOffsets", "earliest")
             .option("maxOffsetsPerTrigger", "25")
             .load(str(logs))
@@ -147,7 +156,10 @@ def test_stream_starting_latest(spark: Any, tmp_path: Path) -> None:
     from epto.spark._source import EptoStreamReader
 
     reader = EptoStreamReader(
-        parse_options({"path": str(tmp_path), "maxOffsetsPerTrigger": "3"}, streaming=True)
+        parse_options(
+            {"path": str(tmp_path), "rows": "per-node", "maxOffsetsPerTrigger": "3"},
+            streaming=True,
+        )
     )
     start = reader.initialOffset()
     assert start == {"0": 4}
@@ -161,7 +173,10 @@ def test_stream_starting_latest(spark: Any, tmp_path: Path) -> None:
     assert reader.latestOffset(start, ReadAllAvailable()) == {"0": 9, "2": 5}
     # Spark 4.0 and 4.1 call latestOffset() without arguments.
     old = EptoStreamReader(
-        parse_options({"path": str(tmp_path), "maxOffsetsPerTrigger": "4"}, streaming=True)
+        parse_options(
+            {"path": str(tmp_path), "rows": "per-node", "maxOffsetsPerTrigger": "4"},
+            streaming=True,
+        )
     )
     assert old.initialOffset() == {"0": 9, "2": 5}
     append(tmp_path, 0, 6)

@@ -38,6 +38,7 @@ final class Options {
     "failOnDataLoss",
     "minPartitions",
     "maxRecordsPerPartition",
+    "rows",
   };
   static final String[] STREAMING_ONLY = {
     "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"
@@ -341,6 +342,14 @@ final class Options {
     String failWord = fail.strip().toLowerCase();
     if (!failWord.equals("true") && !failWord.equals("false")) {
       throw error("failOnDataLoss must be true or false, got " + repr(fail));
+    }
+    String rows = opts.getOrDefault("rows", "per-node").strip().toLowerCase();
+    if (rows.equals("events")) {
+      throw error(
+          "the epto-jvm reader reads per-node copies only (rows=per-node); "
+              + "read one row per event with format(\"epto\")");
+    } else if (!rows.equals("per-node")) {
+      throw error("rows must be events or per-node, got " + repr(rows));
     }
     Long minPartitions = positive(opts, "minPartitions");
     Long perPartition = positive(opts, "maxRecordsPerPartition");
