@@ -252,12 +252,12 @@ class Timing:
       floor is kept.
     * **Back-off**: a view change installed while messages waited and none
       was delivered since the previous change doubles the suspicion and
-      token timeouts (at most :data:`MAX_BACKOFF` times, and suspicion
-      below the exclusion timeout); a change after progress, or progress
-      with no change for four suspicion timeouts, halves it again. Members
-      that suspect each other because they are starved of CPU, or a token
-      timeout too short for the ring, stop changing views within a few
-      doublings.
+      token timeouts (at most :data:`MAX_BACKOFF` times, suspicion below
+      the exclusion timeout, the token timeout at most twice it); a change
+      after progress, or progress with no change for four suspicion
+      timeouts, halves it again. Members that suspect each other because
+      they are starved of CPU, or a token timeout too short for the ring,
+      stop changing views within a few doublings.
     """
 
     __slots__ = ("_base", "_change_seen", "_fit_latency", "backoff", "rttvar", "srtt")
@@ -319,11 +319,12 @@ class Timing:
         base = self._base
         self._fit_latency = latency = self.latency()
         fit = base.fitted(max(1, core), latency)
-        if self.backoff == 1:
+        # Whatever is measured, a lost token is regenerated within twice the
+        # exclusion timeout, and suspicion stays below exclusion.
+        top = max(base.token_timeout, 2 * base.exclude_timeout)
+        token = min(fit.token_timeout * self.backoff, top)
+        ceiling = max(base.suspect_timeout, fit.exclude_timeout / 2)
+        suspect = min(fit.suspect_timeout * self.backoff, ceiling)
+        if token == fit.token_timeout and suspect == fit.suspect_timeout:
             return fit
-        suspect = min(fit.suspect_timeout * self.backoff, fit.exclude_timeout / 2)
-        return attrs.evolve(
-            fit,
-            suspect_timeout=max(fit.suspect_timeout, suspect),
-            token_timeout=fit.token_timeout * self.backoff,
-        )
+        return attrs.evolve(fit, suspect_timeout=suspect, token_timeout=token)

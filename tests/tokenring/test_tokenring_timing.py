@@ -79,7 +79,9 @@ def test_backoff_doubles_without_progress_and_comes_back() -> None:
         timing.changed(float(i), 10, waiting=True)  # nothing delivered since
     assert timing.backoff == MAX_BACKOFF
     backed = timing.config(5)
-    assert backed.token_timeout == base.token_timeout * MAX_BACKOFF
+    cfg = TokenRingConfig()
+    top = 2 * cfg.exclude_timeout
+    assert backed.token_timeout == min(base.token_timeout * MAX_BACKOFF, top)
     # Suspicion stays below the exclusion timeout.
     assert base.suspect_timeout < backed.suspect_timeout <= backed.exclude_timeout / 2
     # Progress and quiet: halved step by step, back to the configuration.
