@@ -54,8 +54,13 @@ def test_typing_while_the_replica_is_down_is_sent_when_it_is_back(
             _started(replica)
         pages = Pages(browser, [r.url for r in replicas], tmp_path)
         pages.connected()
+        # One after the other: a word typed at the end while another page's
+        # word is half way there would land inside it (each keystroke is an
+        # insert at the caret, and the others' keystrokes arrive meanwhile).
         pages.type(0, "<a0>")
+        pages.converged()
         pages.type(1, Keys.END, "<b0>")
+        pages.converged()
         pages.type(2, Keys.END, "<c0>")
         pages.wait(
             "saved",
@@ -85,6 +90,7 @@ def test_typing_while_the_replica_is_down_is_sent_when_it_is_back(
         # Started again as itself: the page reconnects, sends what it kept.
         replicas[2].start()
         _started(replicas[2])
+        pages.converged()  # what page 3 kept, in place, before anyone types at its end
         pages.type(0, Keys.END, "<a2>")
         text = pages.converged()
     finally:
