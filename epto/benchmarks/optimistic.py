@@ -138,6 +138,9 @@ async def run_group(
             async for delivery in node:
                 eid = delivery.event.id
                 now = trio.current_time()
+                if delivery.tag is DeliveryTag.REVOKED:
+                    seen[pid].setdefault(eid, {})["revoked"] = now
+                    continue  # not in the order: its source left the view
                 if delivery.tag is DeliveryTag.OPTIMISTIC:
                     seen[pid].setdefault(eid, {})["optimistic"] = now
                     plan = node.process.statistics().optimistic

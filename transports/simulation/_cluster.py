@@ -16,8 +16,8 @@ from ._simulation import Simulation
 class DeliveryRecorder(SimulationObserver):
     """Records every delivery: per process, the event ids in delivery order,
     and the delay of each in-order delivery since its broadcast (a token
-    ring's ``FINAL`` deliveries count as in order; its ``OPTIMISTIC`` ones
-    are kept apart)."""
+    ring's ``FINAL`` deliveries count as in order; its ``OPTIMISTIC`` and
+    ``REVOKED`` ones are kept apart)."""
 
     def __init__(self, simulation: Simulation) -> None:
         self._broadcasts = simulation.broadcasts
@@ -28,6 +28,9 @@ class DeliveryRecorder(SimulationObserver):
         deliveries (event id, time), in order."""
         self.reordered: dict[ProcessId, int] = {}
         """Final deliveries with ``reordered=True``, per process."""
+        self.revoked: dict[ProcessId, list[EventId]] = {}
+        """Token ring with optimistic delivery: per process, the optimistic
+        deliveries ended as not in the order (their source left the view)."""
         self.delays: list[float] = []
         """Delivery time minus broadcast time, one per in-order delivery."""
         self.times: dict[ProcessId, list[float]] = {}
@@ -55,6 +58,9 @@ class DeliveryRecorder(SimulationObserver):
             return
         if tag is DeliveryTag.OPTIMISTIC:
             self.optimistic.setdefault(pid, []).append((eid, now))
+            return
+        if tag is DeliveryTag.REVOKED:
+            self.revoked.setdefault(pid, []).append(eid)
             return
         if delivery.reordered:
             self.reordered[pid] = self.reordered.get(pid, 0) + 1

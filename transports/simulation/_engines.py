@@ -195,8 +195,8 @@ class EptoEngine(Engine):
             return False
         for proc in self.sim.processes.values():
             st = _process(proc).memory_sizes()
-            if st.get("next_ball") or st.get("received"):
-                return False
+            if st.get("next_ball") or st.get("received") or st.get("waiting"):
+                return False  # "waiting": broadcasts the clock guard holds back
         return True
 
     def entries_processed(self) -> int:
@@ -399,8 +399,11 @@ class TokenRingEngine(Engine):
             if proc.excluded:
                 continue
             stats = proc.statistics()
-            if stats.next_deliver != stats.stable or proc.memory_sizes()["own_unsequenced"]:
+            sizes = proc.memory_sizes()
+            if stats.next_deliver != stats.stable or sizes["own_unsequenced"]:
                 return False
+            if sizes.get("tentative"):
+                return False  # an optimistic delivery not ended yet (FINAL or REVOKED)
             marks.add(stats.next_deliver)
         return len(marks) <= 1
 
