@@ -190,6 +190,8 @@ def plan(
             return Plan(runs=[], cursor=attrs.evolve(start, order=order))
         ceiling = min(key_of(scan, len(scan.keys) - 1) for scan in scans.values())
     keys = sorted(k for k in holders if ceiling is None or k <= ceiling)
+    if position:
+        _check_agreement(root, scans, holders, keys)
     if start.after is None and ceiling is None and not keys:
         return Plan(runs=[], cursor=start)
     if limit is not None:
@@ -233,6 +235,30 @@ def plan(
         nodes=_cursors(scans, start, after, position, key_of),
     )
     return Plan(runs=runs, cursor=cursor)
+
+
+def _check_agreement(
+    root: str,
+    scans: Mapping[int, NodeKeys],
+    holders: Mapping[Key, list[tuple[int, int]]],
+    keys: Sequence[Key],
+) -> None:
+    """In position order every node must hold the same event at an index; logs
+    that do not (a member whose log began after the group's first position)
+    cannot be read by position."""
+    for key in keys:
+        places = holders[key]
+        if len(places) < 2:
+            continue
+        (n0, k0), *rest = places
+        event = scans[n0].keys[k0][1:]
+        for n, k in rest:
+            if scans[n].keys[k][1:] != event:
+                raise EptoError(
+                    f"{root}: the logs of nodes {n0} and {n} hold different events at "
+                    f"delivery index {key[0]} ({event} and {scans[n].keys[k][1:]}): read them "
+                    "with rows=per-node"
+                )
 
 
 def _run(root: str, scans: Mapping[int, NodeKeys], current: list[int]) -> Run:

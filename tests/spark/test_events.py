@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from epto import EptoError
 from epto.check import check
 from epto.log import (
     DeliveryLogWriter,
@@ -253,3 +254,14 @@ def test_the_jvm_reader_reads_per_node_copies_only(spark: Any, tmp_path: Path) -
     assert jvm.count() == 30
     with pytest.raises(Exception, match="reads per-node copies only"):
         spark.read.format("epto-jvm").option("rows", "events").load(str(tmp_path)).count()
+
+
+def test_position_logs_that_disagree_are_refused(tmp_path: Path) -> None:
+    """A log whose index 0 is not the group's first position (a member that
+    joined later) holds other events at the same indices: refused, not mixed."""
+    ring_logs(tmp_path, n=2, count=6)
+    with DeliveryLogWriter(tmp_path, 2) as w:
+        for source, seq in ring_logs(tmp_path / "other", n=1, count=8)[2:]:
+            w.append_fields(source=source, seq=seq, ts=0, payload=b"", delivered_at=1)
+    with pytest.raises(EptoError, match="nodes 0 and 2 hold different events at delivery index 0"):
+        plan(str(tmp_path), START, final_only=False)
