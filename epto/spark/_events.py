@@ -161,6 +161,8 @@ def plan(
     """The events after ``start``: up to the frontier (``final_only``, for
     streams), up to ``upto``'s key (a stream's planned batch), or everything
     logged; at most ``limit`` events."""
+    if upto is not None and (upto.after is None or upto.after == start.after):
+        return Plan(runs=[], cursor=start)  # nothing was final when ``upto`` was taken
     nodes = list_nodes(root) if upto is None else sorted(upto.nodes)
     scans = {n: scan_keys(node_directory(root, n), n, start.nodes.get(n, 0)) for n in nodes}
     order = start.order

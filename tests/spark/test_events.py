@@ -265,3 +265,16 @@ def test_position_logs_that_disagree_are_refused(tmp_path: Path) -> None:
             w.append_fields(source=source, seq=seq, ts=0, payload=b"", delivered_at=1)
     with pytest.raises(EptoError, match="nodes 0 and 2 hold different events at delivery index 0"):
         plan(str(tmp_path), START, final_only=False)
+
+
+def test_a_stream_waits_for_a_node_with_an_empty_log(tmp_path: Path) -> None:
+    """Timestamp order: a node that delivered nothing yet may still deliver any
+    event, so nothing is final; then it delivers and the stream moves on."""
+    append_epto(tmp_path, 0, [1, 2, 3])
+    (tmp_path / "1").mkdir()
+    held = plan(str(tmp_path), START, final_only=True)
+    assert held.runs == [] and held.cursor.after is None
+    assert plan(str(tmp_path), START, final_only=False, upto=held.cursor).runs == []
+    append_epto(tmp_path, 1, [1, 2])
+    moved = plan(str(tmp_path), START, final_only=True)
+    assert moved.cursor.next == 2 and moved.cursor.after == (2, 7, 2)
