@@ -153,7 +153,7 @@ def compare_reads(spark: Any, logs: Path, parquet: Path, records: int, repeats: 
     given to it; the JVM reader prunes columns itself."""
     from pyspark.sql import functions as F
 
-    epto_df = spark.read.format("epto").load(str(logs))
+    epto_df = spark.read.format("epto").option("rows", "per-node").load(str(logs))
     epto_df.write.mode("overwrite").parquet(str(parquet))
     parquet_df = spark.read.parquet(str(parquet))
     try:
@@ -162,8 +162,12 @@ def compare_reads(spark: Any, logs: Path, parquet: Path, records: int, repeats: 
     except Exception as exc:
         print(f"(no epto-jvm reader in this session: {type(exc).__name__})")
         jvm_df = None
-    ts_only = spark.read.format("epto").schema("ts BIGINT").load(str(logs))
-    node_only = spark.read.format("epto").schema("node BIGINT").load(str(logs))
+    ts_only = (
+        spark.read.format("epto").option("rows", "per-node").schema("ts BIGINT").load(str(logs))
+    )
+    node_only = (
+        spark.read.format("epto").option("rows", "per-node").schema("node BIGINT").load(str(logs))
+    )
 
     def sources(python: Any, with_jvm: bool = True) -> dict[str, Any]:
         out = {"epto": python}
@@ -246,6 +250,7 @@ def run(args: argparse.Namespace) -> int:
             started = time.perf_counter()
             row = (
                 spark.read.format("epto")
+                .option("rows", "per-node")
                 .load(str(root))
                 .agg(F.count("*").alias("n"), F.sum(F.length("payload")).alias("bytes"))
                 .first()
