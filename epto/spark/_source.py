@@ -1,11 +1,18 @@
 """``spark.read.format("epto")`` and ``spark.readStream.format("epto")``.
 
 A PySpark 4 Python data source over a directory of delivery logs (one
-sub-directory per node, see :mod:`epto.log`). Offsets are delivery indices
-per node, ``{"<node>": <next index>}``, and the options are Kafka's
+sub-directory per node, see :mod:`epto.log`). By default (``rows=events``)
+it reads the group's order once, one row per event (:mod:`epto.spark._events`
+plans it); with ``rows=per-node`` every node's log, offsets being delivery
+indices per node, ``{"<node>": <next index>}``. The options are Kafka's
 (:mod:`epto.spark._options`). Reads are columnar (:mod:`epto.spark._columnar`):
 Arrow batches built in bulk from segment bytes, with only the columns of the
 schema the reader was given. docs/spark.md lists the options and semantics.
+
+Size: Spark's data-source surface in one place: the batch reader, the stream
+reader and their partitions share the option handling, the two row modes and
+the one-line error translation; the planning and decoding they call live in
+``_events`` and ``_columnar``.
 """
 
 from __future__ import annotations
