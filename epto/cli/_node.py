@@ -20,14 +20,18 @@ ring for groups of at most 30 members. The node is opened by the library's
 this node's events and ``--roster FILE`` verifies everyone's (the files of
 ``epto keygen``; secret files must be mode 0600, read by ``epto.keys``).
 ``--status FILE`` keeps a JSON status line in FILE (rewritten on change).
+``--gateway HOST:PORT`` also runs the Spark sink's gateway
+(:class:`epto.spark.Gateway`) beside the node, and prints
+``gateway ID ADDRESS`` on standard error before the ready line;
+``--gateway-token-file FILE`` gives its token.
 A token-ring member excluded from the view exits with status 3 after printing
 ``excluded ID`` on standard error; a node that stops before its ``--expect``
 deliveries exits with status 4 and says how many it had.
 
-Size: one sub-command (about 420 lines): its options for both engines and
+Size: one sub-command (about 540 lines): its options for both engines and
 both transports, the configuration they build, the two run loops (trio and
-ZeroMQ) and the status file, which share the sink (in _sink.py) and the exit
-statuses.
+ZeroMQ), the status file and the optional sink gateway, which share the sink
+(in _sink.py) and the exit statuses.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import os
 import sys
 import threading
 import time
+from functools import partial
 from typing import Any, TextIO
 
 from .._defaults import DEFAULT_CLOCK, DEFAULT_ROUND_INTERVAL
@@ -155,6 +160,18 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--group", type=int, default=0, help="group id carried by every frame")
     p.add_argument(
+        "--gateway",
+        metavar="HOST:PORT",
+        help="also run the Spark sink's gateway on this address (port 0 picks one; trio "
+        "only; prints 'gateway ID ADDRESS' on stderr before the ready line)",
+    )
+    p.add_argument(
+        "--gateway-token-file",
+        metavar="FILE",
+        help="the gateway's token: this file's content, surrounding whitespace removed "
+        "(at most 256 bytes; a regular file of mode 0600)",
+    )
+    p.add_argument(
         "--cyclon",
         action="store_true",
         help="Cyclon partial views instead of a full view (peers are the seeds)",
@@ -258,6 +275,14 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"epto node: {os_error_line(exc)}") from None
     if mode == "token-ring" and args.transport != "trio":
         raise SystemExit("epto node: the token ring runs on --transport trio (TCP)")
+    if args.gateway_token_file and not args.gateway:
+        raise SystemExit("epto node: --gateway-token-file needs --gateway")
+    if args.gateway and args.transport != "trio":
+        raise SystemExit("epto node: --gateway runs on --transport trio")
+    try:
+        gateway = _gateway_options(args, config, mode)
+    except epto.LocalProtocolError as exc:
+        raise SystemExit(f"epto node: {exc}") from None
     try:
         out: TextIO = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
         sink = Sink(args, out)
@@ -269,7 +294,7 @@ def run(args: argparse.Namespace) -> int:
         if args.transport == "trio":
             import trio
 
-            status: int = trio.run(_run_trio, args, config, sink)
+            status: int = trio.run(_run_trio, args, config, sink, gateway)
         else:
             _run_zmq(args, config, sink)
             status = 0
@@ -288,7 +313,39 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
-async def _run_trio(args: argparse.Namespace, config: Any, sink: Sink) -> int:
+def _gateway_options(args: argparse.Namespace, config: Any, mode: str) -> dict[str, Any] | None:
+    """The sink gateway's keyword arguments (None without ``--gateway``):
+    its address, the token from ``--gateway-token-file`` (read as key files
+    are: a regular file that only its owner can access) and, as its largest
+    event, the node's own ``Limits.max_payload_size``."""
+    if not args.gateway:
+        return None
+    from epto import ConfigurationError
+    from epto._keys import _read
+    from epto.endpoint import parse_host_port
+    from epto.spark._client import MAX_TOKEN
+
+    parse_host_port(args.gateway)
+    token = b""
+    if args.gateway_token_file:
+        token = _read(args.gateway_token_file, secret=True).strip()
+        if not token or len(token) > MAX_TOKEN:
+            raise ConfigurationError(
+                f"{args.gateway_token_file}: a gateway token is 1 to {MAX_TOKEN} bytes, "
+                f"got {len(token)}"
+            )
+    if mode == "token-ring":
+        from epto.transports.trio_node import token_ring_node_config
+
+        limits = token_ring_node_config(config).limits
+    else:
+        limits = config.limits
+    return {"bind": args.gateway, "token": token, "max_payload": limits.max_payload_size}
+
+
+async def _run_trio(
+    args: argparse.Namespace, config: Any, sink: Sink, gateway_options: dict[str, Any] | None
+) -> int:
     import trio
 
     from epto import SupersededError
@@ -307,6 +364,15 @@ async def _run_trio(args: argparse.Namespace, config: Any, sink: Sink) -> int:
         # back (a later incarnation) and it delivers from its entry on; any
         # position the log already holds is not written twice.
         ring_logged = _ring_logged(args) if isinstance(node, TokenRingNode) else -1
+        gateway = None
+        if gateway_options is not None:
+            # The node's delivery stream stays here: each delivery goes to
+            # the gateway (its acknowledgements) and then to the sink.
+            from epto.spark import Gateway
+
+            gateway = Gateway(node, **gateway_options)
+            address = await nursery.start(partial(gateway.run, pump=False))
+            print(f"gateway {args.id} {address}", file=sys.stderr, flush=True)
         print(_ready_line(args.id, node), file=sys.stderr, flush=True)
         if args.status:
             nursery.start_soon(_write_status, node, args.status, args.status_interval)
@@ -347,6 +413,8 @@ async def _run_trio(args: argparse.Namespace, config: Any, sink: Sink) -> int:
         with trio.move_on_at(deadline):
             try:
                 async for delivery in node:
+                    if gateway is not None:
+                        gateway.delivered(delivery)
                     if delivery.event.ts <= ring_logged:
                         continue
                     sink.write(delivery)

@@ -189,29 +189,39 @@ class Gateway:
         self._waiting: dict[_Connection, trio.CancelScope] = {}
         self._authenticated = 0
 
-    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Listen and pump deliveries until cancelled."""
+    async def run(self, *, pump: bool = True, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen and pump deliveries until cancelled.
+
+        With ``pump=False`` the caller keeps the node's delivery stream and
+        hands every delivery to :meth:`delivered` itself.
+        """
         host, port = parse_address(self.bind)
         listeners = await trio.open_tcp_listeners(port, host=host)
         sockname = listeners[0].socket.getsockname()
         self.address = f"{sockname[0]}:{sockname[1]}"
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._pump)
+            if pump:
+                nursery.start_soon(self._pump)
             nursery.start_soon(trio.serve_listeners, self._serve, listeners)
             task_status.started(self.address)
 
     async def _pump(self) -> None:
         async for delivery in self.node:
-            waiting = self._pending.pop(delivery.event.id, None)
-            if waiting is not None:
-                conn, chunk = waiting
-                conn.eids.discard(delivery.event.id)
-                # Never blocks: the channel holds a slot's worth per event.
-                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                    conn.acks.send_nowait(chunk)
-                    self.statistics.acknowledged += 1
-            if self.on_delivery is not None:
-                self.on_delivery(delivery)
+            self.delivered(delivery)
+
+    def delivered(self, delivery: Delivery) -> None:
+        """Take one of the node's deliveries: acknowledge it if a connection
+        waits for it, then hand it to ``on_delivery``."""
+        waiting = self._pending.pop(delivery.event.id, None)
+        if waiting is not None:
+            conn, chunk = waiting
+            conn.eids.discard(delivery.event.id)
+            # Never blocks: the channel holds a slot's worth per event.
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                conn.acks.send_nowait(chunk)
+                self.statistics.acknowledged += 1
+        if self.on_delivery is not None:
+            self.on_delivery(delivery)
 
     async def _serve(self, stream: trio.SocketStream) -> None:
         stats = self.statistics
