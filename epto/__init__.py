@@ -13,23 +13,23 @@ below), so that ``import epto`` stays cheap (docs/benchmarks.md#import-time).
 """
 
 # Engines and their configuration
-from ._config import ClockKind as ClockKind
-from ._config import Config as Config
-from ._config import OrderingKind as OrderingKind
-from ._cyclon import Cyclon as Cyclon
-from ._cyclon import CyclonConfig as CyclonConfig
-from ._cyclon import CyclonStatistics as CyclonStatistics
 from ._limits import Limits as Limits
-from ._node import Node as Node
-from ._node import NodeStatistics as NodeStatistics
-from ._params import Parameters as Parameters
-from ._params import derive_parameters as derive_parameters
-from ._peer_messages import PeerDescriptor as PeerDescriptor
-from ._process import Process as Process
-from ._process import ProcessStatistics as ProcessStatistics
-from ._sampler import FullView as FullView
-from ._sampler import Membership as Membership
-from ._sampler import PeerSampler as PeerSampler
+from .epidemic._config import ClockKind as ClockKind
+from .epidemic._config import Config as Config
+from .epidemic._config import OrderingKind as OrderingKind
+from .epidemic._cyclon import Cyclon as Cyclon
+from .epidemic._cyclon import CyclonConfig as CyclonConfig
+from .epidemic._cyclon import CyclonStatistics as CyclonStatistics
+from .epidemic._node import Node as Node
+from .epidemic._node import NodeStatistics as NodeStatistics
+from .epidemic._params import Parameters as Parameters
+from .epidemic._params import derive_parameters as derive_parameters
+from .epidemic._peer_messages import PeerDescriptor as PeerDescriptor
+from .epidemic._process import Process as Process
+from .epidemic._process import ProcessStatistics as ProcessStatistics
+from .epidemic._sampler import FullView as FullView
+from .epidemic._sampler import Membership as Membership
+from .epidemic._sampler import PeerSampler as PeerSampler
 
 # isort: split
 # Events and deliveries

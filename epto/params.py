@@ -19,10 +19,10 @@ a global clock and no holes); these functions return the safe values and the
 caller may go lower knowingly.
 """
 
-from ._params import Parameters as Parameters
-from ._params import derive_parameters as derive_parameters
-from ._params import fanout_for as fanout_for
-from ._params import ttl_for as ttl_for
+from .epidemic._params import Parameters as Parameters
+from .epidemic._params import derive_parameters as derive_parameters
+from .epidemic._params import fanout_for as fanout_for
+from .epidemic._params import ttl_for as ttl_for
 
 __all__ = [
     "Parameters",

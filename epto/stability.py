@@ -24,8 +24,8 @@ to trade latency for certainty (act on an event once ``all_hold`` is high
 enough); the total order itself never depends on them.
 """
 
-from ._stability import StabilityEstimate as StabilityEstimate
-from ._stability import estimate as estimate
+from .epidemic._stability import StabilityEstimate as StabilityEstimate
+from .epidemic._stability import estimate as estimate
 
 __all__ = [
     "StabilityEstimate",

@@ -28,15 +28,15 @@ from ._seal import GroupSealer as GroupSealer
 
 # isort: split
 # What the engines exchange: balls, peer-sampling messages, signed bytes
-from ._ball import LayeredBall as LayeredBall
 from ._event import Ball as Ball
 from ._event import BallEntry as BallEntry
-from ._node import NodeMessage as NodeMessage
-from ._peer_messages import Leave as Leave
-from ._peer_messages import PeerMessage as PeerMessage
-from ._peer_messages import ShuffleReply as ShuffleReply
-from ._peer_messages import ShuffleRequest as ShuffleRequest
 from ._signing import signed_message as signed_message
+from .epidemic._ball import LayeredBall as LayeredBall
+from .epidemic._node import NodeMessage as NodeMessage
+from .epidemic._peer_messages import Leave as Leave
+from .epidemic._peer_messages import PeerMessage as PeerMessage
+from .epidemic._peer_messages import ShuffleReply as ShuffleReply
+from .epidemic._peer_messages import ShuffleRequest as ShuffleRequest
 
 __all__ = [
     "HEADER_SIZE",

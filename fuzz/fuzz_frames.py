@@ -22,7 +22,7 @@ import tracemalloc
 from collections import Counter
 
 from epto import Event, GroupKey, Limits, RemoteProtocolError
-from epto._peer_messages import Leave, PeerDescriptor, ShuffleReply, ShuffleRequest
+from epto.epidemic._peer_messages import Leave, PeerDescriptor, ShuffleReply, ShuffleRequest
 from epto.wire import FrameCodec, GroupSealer
 
 KEY = GroupKey(key_id=1, secret=bytes(range(32)))

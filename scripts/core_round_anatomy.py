@@ -102,7 +102,7 @@ def main() -> None:
     args = p.parse_args()
 
     # The merge is internal: this script measures the core itself.
-    from epto._ball import merge_balls
+    from epto.epidemic._ball import merge_balls
     from epto.params import derive_parameters
 
     print(

@@ -65,7 +65,7 @@ def graph() -> dict[str, set[str]]:
     known = set(mods) | {
         ".".join([prefix, *path.relative_to(folder).with_suffix("").parts])
         for prefix, folder in PACKAGES.items()
-        for path in folder.glob("*.pyx")
+        for path in folder.rglob("*.pyx")
     }
     return {
         name: {t for t in _imports(name, path, known) if t != name} for name, path in mods.items()

@@ -1,4 +1,4 @@
-"""The merge's fold, in both builds: the compiled one (``epto._cfold``, when
+"""The merge's fold, in both builds: the compiled one (``epto.epidemic._cfold``, when
 it was built) gives what the Python one gives, on the simulator's goldens
 and on random groups of layers; with ``EPTO_PURE_PYTHON=1`` the Python one
 is used."""
@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import epto
-import epto._fold
+import epto.epidemic._fold
 from epto import Event
-from epto._ball import merge_balls
-from epto._fold import fold_groups_compiled, fold_groups_python
+from epto.epidemic._ball import merge_balls
+from epto.epidemic._fold import fold_groups_compiled, fold_groups_python
 from epto.wire import LayeredBall
 
 BUILDS = [pytest.param(fold_groups_python, id="python")]
@@ -90,7 +90,7 @@ def test_conflicting_copies_keep_one_of_their_events(fold: object) -> None:
 def test_merge_balls_is_the_same_with_either_build(
     fold: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(epto._fold, "fold_groups", fold)
+    monkeypatch.setattr(epto.epidemic._fold, "fold_groups", fold)
     balls = [LayeredBall({e.id: (e, (i + e.seq) % 5) for e in EVENTS[i::3]}) for i in range(6)]
     merged = merge_balls(balls, 4, 1)
     expected: dict[tuple[int, int], tuple[Event, int]] = {}
@@ -119,17 +119,20 @@ def test_the_python_build_gives_the_goldens_too(name: str) -> None:
 
 
 def test_select_switches_the_build_in_use() -> None:
-    before = epto._fold.fold_groups
+    before = epto.epidemic._fold.fold_groups
     try:
-        epto._fold.select("python")
-        assert epto._fold.fold_groups is fold_groups_python and not epto._fold.compiled()
+        epto.epidemic._fold.select("python")
+        assert (
+            epto.epidemic._fold.fold_groups is fold_groups_python
+            and not epto.epidemic._fold.compiled()
+        )
         if fold_groups_compiled is None:
             with pytest.raises(epto.LocalProtocolError):
-                epto._fold.select("compiled")
+                epto.epidemic._fold.select("compiled")
         else:
-            epto._fold.select("compiled")
-            assert epto._fold.compiled()
+            epto.epidemic._fold.select("compiled")
+            assert epto.epidemic._fold.compiled()
         with pytest.raises(epto.LocalProtocolError):
-            epto._fold.select("fortran")
+            epto.epidemic._fold.select("fortran")
     finally:
-        epto._fold.fold_groups = before
+        epto.epidemic._fold.fold_groups = before

@@ -15,7 +15,7 @@ from epto import Event, Limits, LocalProtocolError, RemoteProtocolError
 from epto._frame_bodies import KIND_BALL, KIND_LEAVE
 from epto._frames import MAGIC, Reader, pack_header, unpack_header
 from epto._limits import EVENT_FIXED_SIZE, HEADER_SIZE, SIGNATURE_SIZE
-from epto._peer_messages import Leave, PeerDescriptor, ShuffleReply, ShuffleRequest
+from epto.epidemic._peer_messages import Leave, PeerDescriptor, ShuffleReply, ShuffleRequest
 from epto.wire import FrameCodec, FrameKind
 
 U64 = st.integers(min_value=0, max_value=(1 << 64) - 1)

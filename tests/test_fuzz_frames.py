@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from epto import Event, GroupKey, Limits, RemoteProtocolError
 from epto._frame_bodies import KIND_BALL, KIND_SHUFFLE_REQUEST
 from epto._frames import pack_header
-from epto._peer_messages import Leave, PeerDescriptor, ShuffleReply, ShuffleRequest
+from epto.epidemic._peer_messages import Leave, PeerDescriptor, ShuffleReply, ShuffleRequest
 from epto.wire import FrameCodec, GroupSealer
 
 SETTINGS = settings(

@@ -20,8 +20,8 @@ from epto._incarnation import (
     incarnation_of,
     next_incarnation,
 )
-from epto._sampler import FullView
 from epto.endpoint import EptoEndpoint, NodeConfig
+from epto.epidemic._sampler import FullView
 
 CONFIG = Config(fanout=2, ttl=3, round_interval=1.0)
 

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from epto import Delivery, DeliveryTag, Event, EventId
 from epto._intervals import SeqIntervals
-from epto._ordering import Ordering
 from epto.check import check
+from epto.epidemic._ordering import Ordering
 from epto.wire import LayeredBall
 
 BallFactory = Callable[[dict[EventId, tuple[Event, int]]], Mapping[EventId, tuple[Event, int]]]

@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from epto import Delivery, DeliveryTag, Event, EventId, ProcessId
-from epto._ball import LayeredBall
 from epto._event import Ball
 from epto._intervals import SeqIntervals
-from epto._ordering import Ordering
+from epto.epidemic._ball import LayeredBall
+from epto.epidemic._ordering import Ordering
 
 
 def _order_key(event: Event) -> tuple[int, int]:
@@ -24,7 +24,7 @@ def _order_key(event: Event) -> tuple[int, int]:
 
 
 class PreviousOrdering:
-    """``epto._ordering.Ordering`` before buckets by birth (one loop over every
+    """``epto.epidemic._ordering.Ordering`` before buckets by birth (one loop over every
     received event a round), kept verbatim but for this docstring and
     reading layers through the public ``LayeredBall.layers``."""
 

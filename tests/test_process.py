@@ -260,7 +260,7 @@ def test_layered_ball_from_layers() -> None:
 def test_the_merge_keeps_the_largest_ttl_below_the_limit(
     raw: list[dict[int, dict[EventId, int]]], limit: int
 ) -> None:
-    from epto._ball import LayeredBall, merge_parts
+    from epto.epidemic._ball import LayeredBall, merge_parts
 
     # Each source is a ball: an id in one layer only.
     sources = []
@@ -279,14 +279,14 @@ def test_the_merge_keeps_the_largest_ttl_below_the_limit(
             if t < limit and expected.get(eid, -99) < t:
                 expected[eid] = t
     # Both ways to bound the merged layers: reading the events, or from the parts.
-    import epto._ball
+    import epto.epidemic._ball
 
-    exact, read_below = epto._ball._EVENTS_PER_PART, (0, 1 << 30)[limit % 2]
-    epto._ball._EVENTS_PER_PART = read_below
+    exact, read_below = epto.epidemic._ball._EVENTS_PER_PART, (0, 1 << 30)[limit % 2]
+    epto.epidemic._ball._EVENTS_PER_PART = read_below
     try:
         merged, size, max_ts = merge_parts([source.parts for source in sources], limit)
     finally:
-        epto._ball._EVENTS_PER_PART = exact
+        epto.epidemic._ball._EVENTS_PER_PART = exact
     flat = {eid: t for t, layer, _, _ in merged for eid in layer}
     assert flat == expected
     assert size == len(flat) == sum(len(layer) for _, layer, _, _ in merged)
@@ -322,8 +322,8 @@ def test_the_merge_by_dense_index_equals_the_merge_of_sorted_parts(
     (every part sorted by ttl) gives: the same layers in the same order, the
     same event objects (copies of an id may differ: forged), the same bounds,
     size and largest timestamp, and a dense index that matches the parts."""
-    import epto._ball
-    from epto._ball import merge_balls, merge_parts
+    import epto.epidemic._ball
+    from epto.epidemic._ball import merge_balls, merge_parts
 
     balls = []
     for ball in raw:
@@ -347,13 +347,13 @@ def test_the_merge_by_dense_index_equals_the_merge_of_sorted_parts(
             for t, layer, low, high in parts
         ]
 
-    exact = epto._ball._EVENTS_PER_PART
-    epto._ball._EVENTS_PER_PART = read_below
+    exact = epto.epidemic._ball._EVENTS_PER_PART
+    epto.epidemic._ball._EVENTS_PER_PART = read_below
     try:
         merged = merge_balls(balls, limit, age)
         parts, size, max_ts = merge_parts([ball.parts for ball in balls], limit)
     finally:
-        epto._ball._EVENTS_PER_PART = exact
+        epto.epidemic._ball._EVENTS_PER_PART = exact
     aged = [(t + age, layer, low, high) for t, layer, low, high in parts]
     assert shape(merged.parts) == shape(aged)
     assert len(merged) == size
@@ -366,12 +366,12 @@ def test_the_merge_by_dense_index_equals_the_merge_of_sorted_parts(
 
 
 def test_a_ball_with_a_ttl_out_of_range_or_few_parts_keeps_no_index() -> None:
-    import epto._ball
+    import epto.epidemic._ball
 
     a, b = ev(1, 0, 3), ev(2, 0, 4)
     assert LayeredBall({a.id: (a, 2), b.id: (b, 0)}).dense_index == [{b.id: b}, None, {a.id: a}]
     assert LayeredBall({a.id: (a, -1)}).dense_index is None
-    assert LayeredBall({a.id: (a, epto._ball._DENSE_TTLS)}).dense_index is None
+    assert LayeredBall({a.id: (a, epto.epidemic._ball._DENSE_TTLS)}).dense_index is None
     assert LayeredBall().dense_index == []
     # Sparse: fewer parts than one per four ttls up to the highest.
     assert LayeredBall({a.id: (a, 3)}).dense_index == [None, None, None, {a.id: a}]

@@ -57,6 +57,26 @@ EXPORTS: dict[str, frozenset[str]] = {
             "VerifierStatistics",
         }
     ),
+    "epto.epidemic": frozenset(
+        {
+            "ClockKind",
+            "Config",
+            "Cyclon",
+            "CyclonConfig",
+            "CyclonStatistics",
+            "FullView",
+            "Membership",
+            "Node",
+            "NodeStatistics",
+            "OrderingKind",
+            "Parameters",
+            "PeerDescriptor",
+            "PeerSampler",
+            "Process",
+            "ProcessStatistics",
+            "derive_parameters",
+        }
+    ),
     "epto.wire": frozenset(
         {
             "HEADER_SIZE",
@@ -265,6 +285,7 @@ PUBLIC_SUBMODULES: dict[str, frozenset[str]] = {
             "check",
             "cli",
             "endpoint",
+            "epidemic",
             "keys",
             "log",
             "optimistic",

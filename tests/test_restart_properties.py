@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from epto import Config, Process
-from epto._sampler import FullView
 from epto.check import check
+from epto.epidemic._sampler import FullView
 
 
 def _run(

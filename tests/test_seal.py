@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from epto import ConfigurationError, Event, GroupKey, LocalProtocolError
 from epto._limits import HEADER_SIZE
-from epto._peer_messages import Leave, PeerDescriptor, ShuffleReply
+from epto.epidemic._peer_messages import Leave, PeerDescriptor, ShuffleReply
 from epto.wire import FrameCodec, GroupSealer, ReplayWindow
 
 pytest.importorskip("cryptography")

@@ -88,7 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import platform
 
-    from epto import _fold
+    from epto.epidemic import _fold
 
     print(f"# {platform.python_implementation()} {platform.python_version()}, {platform.machine()}")
     build = "compiled" if _fold.compiled() else "Python (EPTO_PURE_PYTHON set, or none compiled)"
@@ -137,7 +137,7 @@ def measure(
 ) -> dict[str, Any]:
     """Run the model for group size ``n`` and return the figures."""
     from epto import Config, Event, FullView, Process
-    from epto._ordering import Ordering
+    from epto.epidemic._ordering import Ordering
     from epto.params import derive_parameters
     from epto.wire import LayeredBall
 

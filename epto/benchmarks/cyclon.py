@@ -16,10 +16,10 @@ import random
 import statistics
 from collections.abc import Iterator
 
-from .._cyclon import Cyclon, CyclonConfig
 from .._errors import ConfigurationError
-from .._peer_messages import PeerDescriptor, ShuffleReply, ShuffleRequest
 from ..cli._args import positive_int
+from ..epidemic._cyclon import Cyclon, CyclonConfig
+from ..epidemic._peer_messages import PeerDescriptor, ShuffleReply, ShuffleRequest
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

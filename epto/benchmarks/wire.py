@@ -250,8 +250,8 @@ def _gossip_once(commands: int) -> dict[str, float]:
     of phase by 1 ms), ``commands`` 4-byte broadcasts each at once, frames
     handed over by hand in virtual time until every endpoint delivered all:
     the CPU seconds of each kind of step, summed over the three."""
-    from .._config import Config
     from ..endpoint import EptoEndpoint, NodeConfig
+    from ..epidemic._config import Config
 
     members = {pid: f"127.0.0.1:{9000 + pid}" for pid in (1, 2, 3)}
     protocol = Config.for_group(3, clock="global", round_interval=0.02)

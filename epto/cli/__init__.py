@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     if os.environ.get("EPTO_PURE_PYTHON"):
         # The Python build of the compiled parts (a comparison, a check).
-        from epto import _fold
+        from epto.epidemic import _fold
 
         _fold.select("python")
     parser = build_parser()

@@ -13,8 +13,6 @@ from typing import Literal, TypeAlias
 import attrs
 
 from .._codec import FrameCodec
-from .._config import Config
-from .._cyclon import CyclonConfig
 from .._defaults import DEFAULT_CLOCK, DEFAULT_ROUND_INTERVAL
 from .._errors import ConfigurationError, LocalProtocolError
 from .._event import ProcessId
@@ -22,6 +20,8 @@ from .._incarnation import check_incarnation
 from .._limits import Limits
 from .._seal import GroupKey, GroupSealer
 from .._signing import EventSigner, SignatureVerifier
+from ..epidemic._config import Config
+from ..epidemic._cyclon import CyclonConfig
 from ..tokenring import TokenRingConfig, choose_mode
 
 OverflowPolicy: TypeAlias = Literal["fail", "drop"]

@@ -39,13 +39,13 @@ from collections.abc import Mapping
 
 import attrs
 
-from .._cyclon import CyclonConfig
 from .._errors import LocalProtocolError, RemoteProtocolError
 from .._event import Delivery, EventId, ProcessId
 from .._incarnation import COUNT_MASK, incarnation_of, next_incarnation
-from .._node import Node
-from .._peer_messages import PeerDescriptor
 from .._signing import EventSigner, SignatureVerifier
+from ..epidemic._cyclon import CyclonConfig
+from ..epidemic._node import Node
+from ..epidemic._peer_messages import PeerDescriptor
 from ._config import Address, NodeConfig
 from ._protocol import Transmit
 from ._streams import check_payload

@@ -7,7 +7,7 @@ layer of that ttl ("keep the larger ttl", EpTO paper, Algorithm 1 lines
 12-16). It is most of a round's CPU time in a large group (docs/benchmarks.md,
 *Layers indexed by ttl*), so it comes in two builds with the same results:
 
-* the compiled one (``epto._cfold``, built from ``epto/_cfold.pyx`` with
+* the compiled one (``epto.epidemic._cfold``, built from ``epto/epidemic/_cfold.pyx`` with
   Cython when the package is installed with a C compiler at hand): one probe
   of a table of (hash, id) per copy, with the hash the layer's dict already
   stores, and nothing written for a copy already met;
@@ -30,8 +30,8 @@ from collections.abc import Callable, Sequence
 from itertools import islice
 from typing import TypeAlias
 
-from ._errors import LocalProtocolError
-from ._event import Event, EventId
+from .._errors import LocalProtocolError
+from .._event import Event, EventId
 
 Layer: TypeAlias = dict[EventId, Event]
 Group: TypeAlias = Sequence[Layer | None]

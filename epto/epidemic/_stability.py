@@ -6,7 +6,7 @@ import math
 
 import attrs
 
-from ._errors import ConfigurationError
+from .._errors import ConfigurationError
 
 
 @attrs.frozen(kw_only=True, slots=True)

@@ -53,8 +53,8 @@ from itertools import chain, islice, zip_longest
 from operator import attrgetter, itemgetter
 from typing import TypeAlias
 
+from .._event import BallEntry, Event, EventId
 from . import _fold
-from ._event import BallEntry, Event, EventId
 
 Layers: TypeAlias = dict[int, dict[EventId, Event]]
 """``{ttl: {event id: event}}``; an id is in one layer only."""

@@ -8,8 +8,8 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
-from ._defaults import DEFAULT_C, DEFAULT_CLOCK, DEFAULT_ROUND_INTERVAL
-from ._errors import ConfigurationError
+from .._defaults import DEFAULT_C, DEFAULT_CLOCK, DEFAULT_ROUND_INTERVAL
+from .._errors import ConfigurationError
 
 _Validator: TypeAlias = Callable[[Any, "attrs.Attribute[Any]", Any], None]
 

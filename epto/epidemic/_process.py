@@ -7,7 +7,7 @@ event id; outputs are pulled (:meth:`messages_to_send`, :meth:`next_delivery`,
 :meth:`get_timer`). Time, randomness and the peer sampler are injected, so the
 same inputs and seed give the same outputs.
 
-nextBall is kept lazily (see :mod:`epto._ball`): a layered ball is received
+nextBall is kept lazily (see :mod:`epto.epidemic._ball`): a layered ball is received
 in constant time (its layers are kept, its largest timestamp moves the
 clock), and the copies of a round are merged, larger ttl kept, when the round
 runs. Other mappings are merged entry by entry on receipt, as Algorithm 1
@@ -51,11 +51,11 @@ from itertools import repeat
 
 import attrs
 
+from .._errors import LocalProtocolError
+from .._event import Ball, BallEntry, Delivery, Event, EventId, ProcessId
+from .._incarnation import check_incarnation, first_seq
 from ._ball import CheckedBall, LayeredBall, merge_balls
 from ._config import Config
-from ._errors import LocalProtocolError
-from ._event import Ball, BallEntry, Delivery, Event, EventId, ProcessId
-from ._incarnation import check_incarnation, first_seq
 from ._ordering import Ordering
 from ._sampler import PeerSampler
 

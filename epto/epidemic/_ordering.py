@@ -36,7 +36,7 @@ birth round. A process's merged ball keeps the larger ttl and ages every copy
 by one a round, so an event received again is nearly always at the birth it
 already has: a layer's ids minus the bucket of its birth (a set difference)
 leaves only the new ids and those whose birth may change, which are then
-taken one by one. A layer whose timestamp floor (:mod:`epto._ball`) is above
+taken one by one. A layer whose timestamp floor (:mod:`epto.epidemic._ball`) is above
 ``lastDeliveredTs`` holds no copy the timestamp test refuses; any other layer
 is taken copy by copy. A bucket turns deliverable as a whole when the round
 passes its birth plus TTL; deliverable events wait in a heap by order key,
@@ -49,9 +49,9 @@ from collections.abc import Callable, Iterable
 from heapq import heapify, heappop, heappush
 from typing import TypeAlias
 
+from .._event import Ball, Delivery, DeliveryTag, Event, EventId, ProcessId
+from .._intervals import SeqIntervals
 from ._ball import LayeredBall
-from ._event import Ball, Delivery, DeliveryTag, Event, EventId, ProcessId
-from ._intervals import SeqIntervals
 
 _Ready: TypeAlias = tuple[int, int, int, int, Event]
 """A deliverable event in the heap: ``(ts, source, arrival, push, event)``.

@@ -67,9 +67,9 @@ from typing import Any
 
 import attrs
 
-from ._defaults import DEFAULT_ROUND_INTERVAL
-from ._errors import LocalProtocolError, RemoteProtocolError
-from ._event import ProcessId
+from .._defaults import DEFAULT_ROUND_INTERVAL
+from .._errors import LocalProtocolError, RemoteProtocolError
+from .._event import ProcessId
 from ._peer_messages import Leave, PeerDescriptor, PeerMessage, ShuffleReply, ShuffleRequest
 from ._sampler import PeerSampler
 
@@ -78,14 +78,14 @@ _MAX_AGE = 2**31
 
 
 def _positive_int(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
-    from ._errors import ConfigurationError
+    from .._errors import ConfigurationError
 
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ConfigurationError(f"{attr.name} must be a positive integer, got {value!r}")
 
 
 def _positive_float(_inst: Any, attr: attrs.Attribute[Any], value: Any) -> None:
-    from ._errors import ConfigurationError
+    from .._errors import ConfigurationError
 
     if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
         raise ConfigurationError(f"{attr.name} must be a positive finite number, got {value!r}")
@@ -139,7 +139,7 @@ class CyclonConfig:
         return 4.0 * self.shuffle_period
 
     def __attrs_post_init__(self) -> None:
-        from ._errors import ConfigurationError
+        from .._errors import ConfigurationError
 
         if self.shuffle_length > self.view_size:
             raise ConfigurationError(

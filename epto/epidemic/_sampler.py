@@ -12,7 +12,7 @@ import random
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
-from ._event import ProcessId
+from .._event import ProcessId
 
 
 @runtime_checkable

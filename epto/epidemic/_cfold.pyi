@@ -1,8 +1,8 @@
-"""The compiled build of :func:`epto._fold.fold_groups` (``epto/_cfold.pyx``)."""
+"""The compiled build of :func:`epto.epidemic._fold.fold_groups` (``epto/epidemic/_cfold.pyx``)."""
 
 from collections.abc import Sequence
 
-from ._event import Event, EventId
+from .._event import Event, EventId
 
 def fold_groups(
     groups: Sequence[Sequence[dict[EventId, Event] | None]],

@@ -7,8 +7,8 @@ from typing import Literal
 
 import attrs
 
-from ._defaults import DEFAULT_C, DEFAULT_CLOCK
-from ._errors import ConfigurationError
+from .._defaults import DEFAULT_C, DEFAULT_CLOCK
+from .._errors import ConfigurationError
 
 
 @attrs.frozen(kw_only=True, slots=True)

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The compiled build of :func:`epto._fold.fold_groups` (see there for what
+"""The compiled build of :func:`epto.epidemic._fold.fold_groups` (see there for what
 it computes; the Python build is the reference, and the tests run both).
 
 Per copy: one probe of a table of (hash, id) pairs, with the hash the layer's

@@ -11,7 +11,7 @@ from typing import TypeAlias
 
 import attrs
 
-from ._event import ProcessId
+from .._event import ProcessId
 
 
 @attrs.frozen(kw_only=True, slots=True)

@@ -17,10 +17,10 @@ from typing import Literal, TypeAlias
 
 import attrs
 
+from .._errors import LocalProtocolError, RemoteProtocolError
+from .._event import Ball, Delivery, Event, EventId, ProcessId
 from ._config import Config
 from ._cyclon import Cyclon, CyclonConfig, CyclonStatistics
-from ._errors import LocalProtocolError, RemoteProtocolError
-from ._event import Ball, Delivery, Event, EventId, ProcessId
 from ._peer_messages import Leave, PeerDescriptor, PeerMessage, ShuffleReply, ShuffleRequest
 from ._process import Process, ProcessStatistics
 from ._sampler import FullView, Membership
