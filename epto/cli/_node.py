@@ -24,14 +24,19 @@ this node's events and ``--roster FILE`` verifies everyone's (the files of
 (:class:`epto.spark.Gateway`) beside the node, and prints
 ``gateway ID ADDRESS`` on standard error before the ready line;
 ``--gateway-token-file FILE`` gives its token.
+``--serve-log HOST:PORT`` serves ``--log-dir`` to the Spark source's
+``epto.servers`` (:mod:`epto.spark._logserver`), and prints
+``log-server ID ADDRESS`` on standard error before the ready line; readers
+prove they hold ``--serve-log-token-file``'s token, or by default one
+derived from the group key.
 A token-ring member excluded from the view exits with status 3 after printing
 ``excluded ID`` on standard error; a node that stops before its ``--expect``
 deliveries exits with status 4 and says how many it had.
 
-Size: one sub-command (about 540 lines): its options for both engines and
+Size: one sub-command (about 600 lines): its options for both engines and
 both transports, the configuration they build, the two run loops (trio and
 ZeroMQ), the status file and the optional sink gateway, which share the sink
-(in _sink.py) and the exit statuses.
+(in _sink.py), the optional log server and the exit statuses.
 """
 
 from __future__ import annotations
@@ -172,6 +177,18 @@ def register(sub: Any) -> None:
         "(at most 256 bytes; a regular file of mode 0600)",
     )
     p.add_argument(
+        "--serve-log",
+        metavar="HOST:PORT",
+        help="also serve --log-dir to Spark's network source on this address (port 0 picks "
+        "one; trio only; prints 'log-server ID ADDRESS' on stderr before the ready line)",
+    )
+    p.add_argument(
+        "--serve-log-token-file",
+        metavar="FILE",
+        help="the log server's token, read as --gateway-token-file (default: derived from "
+        "--group-key-file)",
+    )
+    p.add_argument(
         "--cyclon",
         action="store_true",
         help="Cyclon partial views instead of a full view (peers are the seeds)",
@@ -280,7 +297,10 @@ def run(args: argparse.Namespace) -> int:
     if args.gateway and args.transport != "trio":
         raise SystemExit("epto node: --gateway runs on --transport trio")
     try:
-        gateway = _gateway_options(args, config, mode)
+        services = {
+            "gateway": _gateway_options(args, config, mode),
+            "log_server": _log_server_options(args, config),
+        }
     except epto.LocalProtocolError as exc:
         raise SystemExit(f"epto node: {exc}") from None
     try:
@@ -294,7 +314,7 @@ def run(args: argparse.Namespace) -> int:
         if args.transport == "trio":
             import trio
 
-            status: int = trio.run(_run_trio, args, config, sink, gateway)
+            status: int = trio.run(_run_trio, args, config, sink, services)
         else:
             _run_zmq(args, config, sink)
             status = 0
@@ -311,6 +331,39 @@ def run(args: argparse.Namespace) -> int:
         )
         return EXIT_SHORT
     return status
+
+
+def _log_server_options(args: argparse.Namespace, config: Any) -> dict[str, Any] | None:
+    """The log server's keyword arguments (None without ``--serve-log``)."""
+    if args.serve_log_token_file and not args.serve_log:
+        raise SystemExit("epto node: --serve-log-token-file needs --serve-log")
+    if not args.serve_log:
+        return None
+    if args.transport != "trio":
+        raise SystemExit("epto node: --serve-log runs on --transport trio")
+    if not args.log_dir:
+        raise SystemExit("epto node: --serve-log needs --log-dir (the logs it serves)")
+    from epto import ConfigurationError
+    from epto._keys import _read
+    from epto.endpoint import parse_host_port
+    from epto.spark._logproto import MAX_TOKEN, group_token
+
+    parse_host_port(args.serve_log)
+    if args.serve_log_token_file:
+        token = _read(args.serve_log_token_file, secret=True).strip()
+        if not token or len(token) > MAX_TOKEN:
+            raise ConfigurationError(
+                f"{args.serve_log_token_file}: a log server token is 1 to {MAX_TOKEN} bytes, "
+                f"got {len(token)}"
+            )
+    elif config.group_key is not None:
+        token = group_token(config.group_key.secret)
+    else:
+        raise SystemExit(
+            "epto node: --serve-log needs --serve-log-token-file or --group-key-file "
+            "(readers prove they hold one)"
+        )
+    return {"root": args.log_dir, "bind": args.serve_log, "token": token}
 
 
 def _gateway_options(args: argparse.Namespace, config: Any, mode: str) -> dict[str, Any] | None:
@@ -344,7 +397,7 @@ def _gateway_options(args: argparse.Namespace, config: Any, mode: str) -> dict[s
 
 
 async def _run_trio(
-    args: argparse.Namespace, config: Any, sink: Sink, gateway_options: dict[str, Any] | None
+    args: argparse.Namespace, config: Any, sink: Sink, services: dict[str, Any]
 ) -> int:
     import trio
 
@@ -365,6 +418,13 @@ async def _run_trio(
         # position the log already holds is not written twice.
         ring_logged = _ring_logged(args) if isinstance(node, TokenRingNode) else -1
         gateway = None
+        gateway_options = services["gateway"]
+        log_server = services["log_server"]
+        if log_server is not None:
+            from epto.spark._logserver import LogServer
+
+            address = await nursery.start(LogServer(**log_server).run)
+            print(f"log-server {args.id} {address}", file=sys.stderr, flush=True)
         if gateway_options is not None:
             # The node's delivery stream stays here: each delivery goes to
             # the gateway (its acknowledgements) and then to the sink.

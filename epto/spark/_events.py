@@ -31,14 +31,20 @@ holds it. The rules:
   event below its own last key. A stream reads up to the smallest of the
   nodes' last keys (the *frontier*); a batch read reads everything logged,
   and its ranks above the frontier are the ranks as of now.
+
+The logs are a directory (:class:`FileLogs`) or members serving theirs
+(:class:`epto.spark._network.NetworkLogs`); both answer the same key scans.
+
+Size: at the line: the planner, its rules and the run reader share the key
+model; the log access behind :class:`Logs` is a few lines each.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 import attrs
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -77,16 +83,21 @@ class NodeKeys:
     """Every record's ts is 0 (or there is none)."""
     end: int
     """One past the last index scanned."""
+    more: bool = False
+    """The scan stopped at its ``limit``: records from ``end`` on were not scanned."""
 
 
-def scan_keys(node_dir: str | os.PathLike[str], node: int, start: int) -> NodeKeys:
-    """The in-order records of a log from index ``start`` on; what is missing
-    is skipped (another node may hold it)."""
+def scan_keys(
+    node_dir: str | os.PathLike[str], node: int, start: int, limit: int | None = None
+) -> NodeKeys:
+    """The in-order records of a log from index ``start`` on (at most
+    ``limit``); what is missing is skipped (another node may hold it)."""
     indices: list[int] = []
     ts_col: list[int] = []
     src_col: list[int] = []
     seq_col: list[int] = []
     end = start
+    more = False
     for data, positions in scan_frames(node_dir, start, None, skip_missing=True):
         if not positions:
             continue
@@ -99,9 +110,71 @@ def scan_keys(node_dir: str | os.PathLike[str], node: int, start: int) -> NodeKe
         ts_col += kept.column("ts").to_pylist()
         src_col += kept.column("source").to_pylist()
         seq_col += kept.column("seq").to_pylist()
+        if limit is not None and len(indices) >= limit:
+            del indices[limit:], ts_col[limit:], src_col[limit:], seq_col[limit:]
+            end, more = indices[-1] + 1, True
+            break
     all_zero = not any(ts_col)
     keys = list(zip(ts_col, src_col, seq_col, strict=True))
-    return NodeKeys(indices=indices, keys=keys, all_zero=all_zero, end=end)
+    return NodeKeys(indices=indices, keys=keys, all_zero=all_zero, end=end, more=more)
+
+
+class Logs(Protocol):
+    """Where a read finds a group's logs: a directory (:class:`FileLogs`) or
+    members that serve theirs over the network (:mod:`epto.spark._network`)."""
+
+    @property
+    def label(self) -> str:
+        """Names the logs in errors."""
+        ...
+
+    def nodes(self) -> list[int]:
+        """The nodes whose logs there are."""
+        ...
+
+    def keys(self, node: int, start: int) -> NodeKeys:
+        """:func:`scan_keys` of ``node``'s log from ``start``."""
+        ...
+
+    def location(self, node: int) -> str:
+        """Where a task reads ``node``'s records (a run's first field)."""
+        ...
+
+
+Frames = Callable[[str, int, int, int], Iterator[tuple[bytes, list[int]]]]
+"""``frames(location, node, lo, hi)``: :func:`epto.spark._columnar.scan_frames`
+of the records ``lo <= index < hi`` of ``node``'s log at ``location``,
+what is missing skipped."""
+
+
+@attrs.frozen(slots=True)
+class FileLogs:
+    """A directory of logs, one sub-directory per node."""
+
+    root: str
+
+    @property
+    def label(self) -> str:
+        return self.root
+
+    def nodes(self) -> list[int]:
+        return list_nodes(self.root)
+
+    def keys(self, node: int, start: int) -> NodeKeys:
+        return scan_keys(node_directory(self.root, node), node, start)
+
+    def location(self, node: int) -> str:
+        return str(node_directory(self.root, node))
+
+
+def file_frames(node_dir: str, node: int, lo: int, hi: int) -> Iterator[tuple[bytes, list[int]]]:
+    """:data:`Frames` over a node directory this host sees."""
+    if not os.path.isdir(node_dir):
+        raise EptoError(
+            f"{node_dir} is not visible on host {socket.gethostname()}: executors read the "
+            "logs at the driver's absolute path (use a file system shared by every worker)"
+        )
+    return scan_frames(node_dir, lo, hi, skip_missing=True)
 
 
 @attrs.frozen(kw_only=True, slots=True)
@@ -150,7 +223,7 @@ class Plan:
 
 
 def plan(
-    root: str,
+    logs: str | Logs,
     start: Cursor,
     *,
     final_only: bool,
@@ -160,11 +233,14 @@ def plan(
 ) -> Plan:
     """The events after ``start``: up to the frontier (``final_only``, for
     streams), up to ``upto``'s key (a stream's planned batch), or everything
-    logged; at most ``limit`` events."""
+    logged; at most ``limit`` events. ``logs`` is a directory or :class:`Logs`."""
     if upto is not None and (upto.after is None or upto.after == start.after):
         return Plan(runs=[], cursor=start)  # nothing was final when ``upto`` was taken
-    nodes = list_nodes(root) if upto is None else sorted(upto.nodes)
-    scans = {n: scan_keys(node_directory(root, n), n, start.nodes.get(n, 0)) for n in nodes}
+    if isinstance(logs, str):
+        logs = FileLogs(logs)
+    root = logs.label
+    nodes = logs.nodes() if upto is None else sorted(upto.nodes)
+    scans = {n: logs.keys(n, start.nodes.get(n, 0)) for n in nodes}
     order = start.order
     if order is None:
         seen = [s for s in scans.values() if s.keys]
@@ -223,12 +299,12 @@ def plan(
             current[4] += 1
         else:
             if current is not None:
-                runs.append(_run(root, scans, current))
+                runs.append(_run(logs, scans, current))
             n, k = min(places)
             current = [n, k, k, here, 1]
         offset = here + 1
     if current is not None:
-        runs.append(_run(root, scans, current))
+        runs.append(_run(logs, scans, current))
     after = keys[-1] if keys else start.after
     cursor = Cursor(
         order=order,
@@ -263,10 +339,10 @@ def _check_agreement(
                 )
 
 
-def _run(root: str, scans: Mapping[int, NodeKeys], current: list[int]) -> Run:
+def _run(logs: Logs, scans: Mapping[int, NodeKeys], current: list[int]) -> Run:
     node, k_first, k_last, first_offset, count = current
     indices = scans[node].indices
-    node_dir = str(node_directory(root, node))
+    node_dir = logs.location(node)
     return (node_dir, node, indices[k_first], indices[k_last] + 1, 0, count, first_offset)
 
 
@@ -317,19 +393,17 @@ def pack_runs(runs: Sequence[Run], max_records: int, min_partitions: int | None)
     return parts
 
 
-def read_runs(runs: Sequence[Run], columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of ``columns`` for the events of ``runs``, in order."""
+def read_runs(
+    runs: Sequence[Run], columns: Sequence[str], frames: Frames = file_frames
+) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of ``columns`` for the events of ``runs``, in order;
+    ``frames`` fetches the records (from files by default)."""
     want = list(columns)
     extra = [c for c in ("tag",) if c not in want]
     for node_dir, node, lo, hi, skip, take, first in runs:
-        if not os.path.isdir(node_dir):
-            raise EptoError(
-                f"{node_dir} is not visible on host {socket.gethostname()}: executors read the "
-                "logs at the driver's absolute path (use a file system shared by every worker)"
-            )
         produced = 0
         passed = 0
-        for data, positions in scan_frames(node_dir, lo, hi, skip_missing=True):
+        for data, positions in frames(node_dir, node, lo, hi):
             if not positions or produced >= take:
                 continue
             batch = decode(data, positions, node, [*want, *extra])

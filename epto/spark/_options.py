@@ -49,6 +49,10 @@ OPTIONS = {
         "minPartitions",
         "maxRecordsPerPartition",
         "rows",
+        "epto.servers",
+        "epto.token",
+        "epto.tokenFile",
+        "epto.groupKeyFile",
     )
 }
 """Every option the source knows (Spark passes keys lower-cased)."""
@@ -101,6 +105,11 @@ class SourceOptions:
     max_records_per_partition: int
     per_node: bool = False
     """``rows=per-node``: every node's log, a row per delivery (offsets per node)."""
+    servers: tuple[str, ...] = ()
+    """``epto.servers``: members serving their logs (then ``path`` is empty)."""
+    token: bytes = attrs.field(default=b"", repr=False)
+    """The log servers' token (``epto.token``, ``epto.tokenFile`` or derived
+    from ``epto.groupKeyFile``)."""
 
 
 def _json_object(name: str, text: str) -> dict[str, int]:
@@ -231,8 +240,15 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
     opts = {k.lower(): v for k, v in options.items()}
     _check_names(opts, streaming=streaming)
     path = opts.get("path")
-    if not path:
-        raise ConfigurationError("the epto source needs a path: .load(LOGDIR) or .option('path')")
+    servers, token = network_options(opts)
+    if servers and path:
+        raise ConfigurationError(
+            "the epto source reads either log files (a path) or members (epto.servers), not both"
+        )
+    if not path and not servers:
+        raise ConfigurationError(
+            "the epto source needs a path (.load(LOGDIR)) or epto.servers (host:port,...)"
+        )
     starting: Spec = _offsets(
         "startingOffsets",
         opts.get("startingoffsets", "latest" if streaming else "earliest"),
@@ -289,10 +305,17 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
                     f"{name} as JSON names per-node delivery indices: set rows=per-node, or use "
                     "earliest/latest over the group's order"
                 )
+    if servers and rows == "per-node":
+        raise ConfigurationError(
+            "rows=per-node reads log files: over epto.servers the source reads rows=events"
+        )
     min_partitions = positive("minPartitions")
     per_partition = positive("maxRecordsPerPartition") or DEFAULT_MAX_RECORDS_PER_PARTITION
     return SourceOptions(
-        path=absolute_path(path),  # last: a bad option is named even with a wrong path
+        servers=servers,
+        token=token,
+        # last: a bad option is named even with a wrong path
+        path=absolute_path(path) if path else "",
         starting=starting,
         ending=ending,
         timestamp_strategy=strategy,
@@ -304,6 +327,51 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         max_records_per_partition=per_partition,
         per_node=rows == "per-node",
     )
+
+
+_TOKEN_OPTIONS = ("epto.token", "epto.tokenFile", "epto.groupKeyFile")
+
+
+def network_options(opts: Mapping[str, str]) -> tuple[tuple[str, ...], bytes]:
+    """``epto.servers`` and the token of its log servers (read on the driver)."""
+    from ._logproto import MAX_TOKEN, group_token
+
+    given = [name for name in _TOKEN_OPTIONS if name.lower() in opts]
+    text = opts.get("epto.servers")
+    if text is None:
+        if given:
+            raise ConfigurationError(f"{given[0]} applies with epto.servers only")
+        return (), b""
+    servers = tuple(s.strip() for s in text.split(",") if s.strip())
+    if not servers:
+        raise ConfigurationError(f"epto.servers must list host:port,... got {text!r}")
+    for address in servers:
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigurationError(f"epto.servers: {address!r} is not host:port")
+    if len(given) != 1:
+        raise ConfigurationError(
+            "epto.servers needs one of epto.token, epto.tokenFile or epto.groupKeyFile"
+            + (f" (got {', '.join(given)})" if given else "")
+        )
+    name = given[0]
+    value = opts[name.lower()]
+    if name == "epto.token":
+        token = value.encode()
+    else:
+        from .. import keys
+        from .._keys import _read
+
+        try:
+            if name == "epto.tokenFile":
+                token = _read(value, secret=True).strip()
+            else:
+                token = group_token(keys.load_group_key(value).secret)
+        except OSError as exc:
+            raise ConfigurationError(f"{name}: {value}: {exc.strerror or exc}") from None
+    if not 1 <= len(token) <= MAX_TOKEN:
+        raise ConfigurationError(f"{name}: a token is 1 to {MAX_TOKEN} bytes, got {len(token)}")
+    return servers, token
 
 
 def to_json(offsets: Mapping[int, int]) -> dict[str, int]:

@@ -36,6 +36,7 @@ from .._errors import ConfigurationError, EptoError
 from ..log import LogGapError, list_nodes, node_directory
 from ._columnar import COLUMN_TYPES, decode, extent, first_at_or_after, scan_frames
 from ._events import START, Cursor, EventsLossError, Plan, pack_runs, plan, read_runs
+from ._network import NetworkLogs
 from ._options import (
     EARLIEST,
     LATEST,
@@ -92,6 +93,8 @@ def read_partition(
     options: SourceOptions, columns: Sequence[str], partition: InputPartition
 ) -> Iterator[pa.RecordBatch]:
     if isinstance(partition, EventsPartition):
+        if options.servers:
+            return _read_over_network(options, partition.runs, columns)
         return read_runs(partition.runs, columns)
     assert isinstance(partition, EptoPartition)
     return read_ranges(
@@ -99,11 +102,27 @@ def read_partition(
     )
 
 
-def _plan_events(options: SourceOptions, start: Cursor, **kwargs: Any) -> Plan:
+def _read_over_network(
+    options: SourceOptions, runs: Sequence[Any], columns: Sequence[str]
+) -> Iterator[pa.RecordBatch]:
+    logs = NetworkLogs(options.servers, options.token)
     try:
-        return plan(options.path, start, fail_on_data_loss=options.fail_on_data_loss, **kwargs)
+        yield from read_runs(runs, columns, logs.frames)
+    finally:
+        logs.close()
+
+
+def _plan_events(options: SourceOptions, start: Cursor, **kwargs: Any) -> Plan:
+    logs = NetworkLogs(options.servers, options.token) if options.servers else None
+    try:
+        return plan(
+            logs or options.path, start, fail_on_data_loss=options.fail_on_data_loss, **kwargs
+        )
     except EventsLossError as exc:
         raise DataLossError(str(exc)) from None
+    finally:
+        if logs is not None:
+            logs.close()
 
 
 class EptoPartition(InputPartition):
