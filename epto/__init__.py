@@ -1,10 +1,12 @@
 """epto: total-order broadcast for groups of processes.
 
-This module holds what an application uses: the engines and their
-configuration, events and deliveries, errors, and the keys and signatures it
-configures. The wire format (frames, codec, sealing, the messages engines
-exchange) is in :mod:`epto.wire`, for drivers. Other public modules:
-:mod:`epto.tokenring`, :mod:`epto.params`, :mod:`epto.keys`, :mod:`epto.check`,
+This module holds what an application uses: the engines' configuration,
+events and deliveries, errors, and the keys and signatures it configures. The
+engines themselves are packages: EpTO (its process, node and peer samplers) in
+:mod:`epto.epidemic`, the token ring in :mod:`epto.tokenring`, sequencing
+atoms in :mod:`epto.atoms`. The wire format (frames, codec, sealing, the
+messages engines exchange) is in :mod:`epto.wire`, for drivers. Other public
+modules: :mod:`epto.params`, :mod:`epto.keys`, :mod:`epto.check`,
 :mod:`epto.stability`, :mod:`epto.log`, :mod:`epto.spark`, :mod:`epto.transports`.
 Modules whose names start with an underscore are private.
 
@@ -12,24 +14,14 @@ The token ring, sealing and signing names load on first use (``_LAZY``
 below), so that ``import epto`` stays cheap (docs/benchmarks.md#import-time).
 """
 
-# Engines and their configuration
+# The engines' configuration
 from ._limits import Limits as Limits
 from .epidemic._config import ClockKind as ClockKind
 from .epidemic._config import Config as Config
 from .epidemic._config import OrderingKind as OrderingKind
-from .epidemic._cyclon import Cyclon as Cyclon
 from .epidemic._cyclon import CyclonConfig as CyclonConfig
-from .epidemic._cyclon import CyclonStatistics as CyclonStatistics
-from .epidemic._node import Node as Node
-from .epidemic._node import NodeStatistics as NodeStatistics
 from .epidemic._params import Parameters as Parameters
 from .epidemic._params import derive_parameters as derive_parameters
-from .epidemic._peer_messages import PeerDescriptor as PeerDescriptor
-from .epidemic._process import Process as Process
-from .epidemic._process import ProcessStatistics as ProcessStatistics
-from .epidemic._sampler import FullView as FullView
-from .epidemic._sampler import Membership as Membership
-from .epidemic._sampler import PeerSampler as PeerSampler
 
 # isort: split
 # Events and deliveries
@@ -59,9 +51,8 @@ if _typing.TYPE_CHECKING:
     from ._signing import SignatureVerifier as SignatureVerifier
     from ._signing import VerifierStatistics as VerifierStatistics
 
-    # Token-ring mode: moving sequencer with two-level membership (epto.tokenring)
+    # Token-ring mode's configuration (the engine: epto.tokenring)
     from .tokenring import TokenRingConfig as TokenRingConfig
-    from .tokenring import TokenRingProcess as TokenRingProcess
 
 # Names loaded on first use (PEP 562), so that ``import epto`` does not load
 # the token ring (half of its import time) or the sealing and signing code
@@ -72,7 +63,6 @@ _LAZY: dict[str, str] = {
     "SignatureVerifier": "._signing",
     "VerifierStatistics": "._signing",
     "TokenRingConfig": ".tokenring",
-    "TokenRingProcess": ".tokenring",
 }
 # Submodules that ``import epto`` used to load, so ``epto.tokenring`` works
 # without ``import epto.tokenring`` as before.
@@ -100,35 +90,24 @@ __all__ = [
     "ClockKind",
     "Config",
     "ConfigurationError",
-    "Cyclon",
     "CyclonConfig",
-    "CyclonStatistics",
     "Delivery",
     "DeliveryTag",
     "EptoError",
     "Event",
     "EventId",
     "EventSigner",
-    "FullView",
     "GroupKey",
     "Limits",
     "LocalProtocolError",
     "MemberRunningError",
-    "Membership",
-    "Node",
-    "NodeStatistics",
     "OrderingKind",
     "Parameters",
-    "PeerDescriptor",
-    "PeerSampler",
-    "Process",
     "ProcessId",
-    "ProcessStatistics",
     "RemoteProtocolError",
     "SignatureVerifier",
     "SupersededError",
     "TokenRingConfig",
-    "TokenRingProcess",
     "VerifierStatistics",
     "derive_parameters",
 ]

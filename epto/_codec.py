@@ -150,7 +150,7 @@ class FrameCodec:
     ) -> Frame:
         """Decode one frame or raise :class:`RemoteProtocolError`; counts no frame.
 
-        ``held`` (for example ``epto.Process.held_event``) names the events the
+        ``held`` (for example ``epto.epidemic.Process.held_event``) names the events the
         receiver already holds. A ball entry whose id it knows and whose
         content equals the held event's comes back as that very object: no
         ``Event`` is built, no payload copied, no signature checked again (the

@@ -121,7 +121,7 @@ def decode_ball(reader: Reader, limits: Limits) -> dict[EventId, tuple[Event, in
 
 HeldLookup = Callable[[EventId], Event | None]
 """The event a receiver already holds under an id, or None (for example
-``epto.Process.held_event``)."""
+``epto.epidemic.Process.held_event``)."""
 
 
 def _hold_nothing(_eid: EventId) -> Event | None:

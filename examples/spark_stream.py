@@ -1,6 +1,6 @@
 """A running EpTO group streaming its deliveries into Spark Structured Streaming.
 
-The group is a small in-process loop of ``epto.Process`` objects driven in
+The group is a small in-process loop of ``epto.epidemic.Process`` objects driven in
 real time (a background thread; every ball reaches its destinations at the
 next round, a lossless lockstep network) that writes one delivery log per
 process with wall-clock timestamps. A Structured Streaming query reads the
@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import epto
+import epto.epidemic
 import epto.spark
 import epto.wire
 from epto.log import DeliveryLogs, list_nodes, micros, read_log
@@ -77,13 +78,13 @@ def run_group(
     events with new ids to the same logs.
     """
     config = epto.Config.for_group(n, round_interval=round_seconds)
-    membership = epto.Membership(range(first_source, first_source + n))
+    membership = epto.epidemic.Membership(range(first_source, first_source + n))
     rng = random.Random(7 + first_source)
     procs = [
-        epto.Process(
+        epto.epidemic.Process(
             first_source + k,
             config,
-            peers=epto.FullView(first_source + k, membership),
+            peers=epto.epidemic.FullView(first_source + k, membership),
             rng=random.Random(rng.random()),
             now=time.time(),
         )

@@ -67,8 +67,8 @@ def _cut(folded: dict[Any, Any], cuts: list[int]) -> None:
 def _last_round(n: int, seed: int) -> tuple[list[Any], float]:
     """The K balls of the last measured round of the benchmark's model, and
     the benchmark's copies per CPU second."""
-    from epto import Process
     from epto.benchmarks import core
+    from epto.epidemic import Process
 
     kept: dict[float, list[Any]] = {}
     receive = Process.receive

@@ -167,7 +167,7 @@ def experiments(max_n: int) -> dict[str, list[dict[str, Any]]]:
 def first_receipts(broadcast_times: dict[Any, float], delays: list[float]) -> Iterator[None]:
     """Record, for every process and event, the delay of its first receipt
     (a reliable, unordered gossip delivers there), excluding the source."""
-    from epto import Process
+    from epto.epidemic import Process
 
     original = Process.receive
     seen: dict[int, set[Any]] = {}

@@ -15,16 +15,8 @@ from typing import Any
 
 import attrs
 
-from epto import (
-    Config,
-    Event,
-    EventSigner,
-    FullView,
-    GroupKey,
-    Membership,
-    Process,
-    SignatureVerifier,
-)
+from epto import Config, Event, EventSigner, GroupKey, SignatureVerifier
+from epto.epidemic import FullView, Membership, Process
 from epto.wire import FrameCodec, GroupSealer
 
 GROUP = 0x5EED

@@ -14,6 +14,7 @@ import random
 from typing import Any
 
 import epto
+import epto.epidemic
 
 
 class Net:
@@ -79,11 +80,11 @@ def address(pid: int) -> bytes:
     return b"10.0.%d.%d:9000" % (pid // 256, pid % 256)
 
 
-def seed_of(pid: int) -> epto.PeerDescriptor:
-    return epto.PeerDescriptor(pid=pid, address=address(pid), age=0)
+def seed_of(pid: int) -> epto.epidemic.PeerDescriptor:
+    return epto.epidemic.PeerDescriptor(pid=pid, address=address(pid), age=0)
 
 
-def in_degrees(samplers: dict[int, epto.Cyclon]) -> dict[int, int]:
+def in_degrees(samplers: dict[int, epto.epidemic.Cyclon]) -> dict[int, int]:
     deg = dict.fromkeys(samplers, 0)
     for c in samplers.values():
         for d in c.view():

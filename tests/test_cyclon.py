@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 from pss_net import Net, address, in_degrees, seed_of
 
 import epto
-from epto import Cyclon, CyclonConfig, PeerDescriptor
+import epto.epidemic
+from epto import CyclonConfig
+from epto.epidemic import Cyclon, PeerDescriptor
 from epto.wire import Leave, ShuffleReply, ShuffleRequest
 
 
@@ -58,7 +60,7 @@ def test_config_defaults_and_validation() -> None:
 
 def test_is_a_peer_sampler() -> None:
     c = make(0, [desc(i) for i in range(1, 6)])
-    assert isinstance(c, epto.PeerSampler)
+    assert isinstance(c, epto.epidemic.PeerSampler)
     got = c.sample(3, random.Random(2))
     assert len(got) == 3 and len(set(got)) == 3 and 0 not in got
     assert sorted(c.sample(10, random.Random(2))) == [1, 2, 3, 4, 5]

@@ -15,7 +15,8 @@ from epto.transports.simulation import Cluster, UniformLatency
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from epto import Config, ConfigurationError, FullView, Process
+from epto import Config, ConfigurationError
+from epto.epidemic import FullView, Process
 
 
 def test_a_burst_of_ten_thousand_on_a_coarse_clock_is_delivered_everywhere() -> None:

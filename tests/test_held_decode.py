@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import epto
+import epto.epidemic
 from epto import Event, EventId, Limits, RemoteProtocolError
 from epto._frame_bodies import KIND_BALL
 from epto._frames import pack_header
@@ -237,7 +238,9 @@ def test_a_tampered_duplicate_does_not_change_what_is_delivered(use_held: bool) 
     (the control, which shows the test can fail) it replaces the genuine one
     at process 2."""
     processes = {
-        pid: epto.Process(pid, PROTOCOL, peers=Others(pid), rng=random.Random(pid), now=0.0)
+        pid: epto.epidemic.Process(
+            pid, PROTOCOL, peers=Others(pid), rng=random.Random(pid), now=0.0
+        )
         for pid in PIDS
     }
     codecs = {pid: FrameCodec(group=GROUP, me=pid) for pid in PIDS}
@@ -277,7 +280,9 @@ def run_honest(use_held: bool, loss: float) -> tuple[dict[int, list[Event]], int
     random (the same ones whatever ``use_held``): every delivery, and the
     copies reused."""
     processes = {
-        pid: epto.Process(pid, PROTOCOL, peers=Others(pid), rng=random.Random(pid), now=0.0)
+        pid: epto.epidemic.Process(
+            pid, PROTOCOL, peers=Others(pid), rng=random.Random(pid), now=0.0
+        )
         for pid in PIDS
     }
     codecs = {pid: FrameCodec(group=GROUP, me=pid) for pid in PIDS}

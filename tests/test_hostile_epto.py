@@ -16,8 +16,9 @@ import random
 import pytest
 from epto.transports.simulation import Cluster
 
-from epto import Event, Process
+from epto import Event
 from epto.check import check
+from epto.epidemic import Process
 from epto.wire import LayeredBall
 
 EXTREMES = (0, 1, 7, 1 << 31, 1 << 32, (1 << 48) - 1, (1 << 63) - 1, (1 << 64) - 1)

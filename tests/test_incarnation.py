@@ -11,7 +11,7 @@ import pytest
 from epto.transports._identity import claim_member
 
 import epto
-from epto import Config, Event, Process
+from epto import Config, Event
 from epto._incarnation import (
     COUNT_BITS,
     INCARNATION_EPOCH,
@@ -21,6 +21,7 @@ from epto._incarnation import (
     next_incarnation,
 )
 from epto.endpoint import EptoEndpoint, NodeConfig
+from epto.epidemic import Process
 from epto.epidemic._sampler import FullView
 
 CONFIG = Config(fanout=2, ttl=3, round_interval=1.0)

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from epto import Config, Event, FullView, Node, Process
+from epto import Config, Event
+from epto.epidemic import FullView, Node, Process
 
 N = 6
 

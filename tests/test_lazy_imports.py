@@ -17,7 +17,6 @@ LAZY = {
     "SignatureVerifier": "epto._signing",
     "VerifierStatistics": "epto._signing",
     "TokenRingConfig": "epto.tokenring",
-    "TokenRingProcess": "epto.tokenring",
 }
 
 

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from epto import FullView, Membership
+from epto.epidemic import FullView, Membership
 
 
 @pytest.mark.parametrize(("n", "k"), [(1000, 26), (100, 17), (30, 14), (5, 4), (5, 9)])

@@ -8,8 +8,10 @@ import pytest
 from pss_net import Net, address, seed_of
 
 import epto
-from epto import Config, CyclonConfig, Node
+import epto.epidemic
+from epto import Config, CyclonConfig
 from epto.check import check
+from epto.epidemic import Node
 from epto.wire import Leave, ShuffleReply, ShuffleRequest
 
 CONFIG = Config(fanout=8, ttl=12, round_interval=0.125)
@@ -56,7 +58,7 @@ def test_cyclon_group_newcomer_through_one_seed_is_delivered_without_holes() -> 
     rng = random.Random(2)
     nodes: dict[int, Node] = {}
 
-    def add(pid: int, seeds: list[epto.PeerDescriptor]) -> None:
+    def add(pid: int, seeds: list[epto.epidemic.PeerDescriptor]) -> None:
         node = Node(
             pid,
             CONFIG,
@@ -159,4 +161,4 @@ def test_leave_sends_leaves_and_stops() -> None:
     node.handle_timer(5.0)
     node.receive(2, ShuffleRequest(entries=(seed_of(2),)), 5.0)
     assert node.messages_to_send() == []
-    assert node.descriptor() == epto.PeerDescriptor(pid=1, address=address(1), age=0)
+    assert node.descriptor() == epto.epidemic.PeerDescriptor(pid=1, address=address(1), age=0)

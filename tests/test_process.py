@@ -11,7 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import epto
-from epto import Config, Event, EventId, FullView, Process
+import epto.epidemic
+from epto import Config, Event, EventId
+from epto.epidemic import FullView, Process
 from epto.wire import LayeredBall
 
 BallFactory = Callable[[dict[EventId, tuple[Event, int]]], Mapping[EventId, tuple[Event, int]]]
@@ -404,7 +406,9 @@ class _NoPeersAtFirst:
 
 def test_a_round_without_peers_keeps_the_ball_for_the_next_round() -> None:
     config = epto.Config(fanout=1, ttl=5, round_interval=1.0)
-    proc = epto.Process(1, config, peers=_NoPeersAtFirst(2, 2), rng=random.Random(1), now=0.0)
+    proc = epto.epidemic.Process(
+        1, config, peers=_NoPeersAtFirst(2, 2), rng=random.Random(1), now=0.0
+    )
     eid = proc.broadcast(b"x", 0.0)
     for t in (1.0, 2.0):
         proc.handle_timer(t)
@@ -417,7 +421,9 @@ def test_a_round_without_peers_keeps_the_ball_for_the_next_round() -> None:
 
 def test_copies_waiting_for_peers_still_stop_at_ttl() -> None:
     config = epto.Config(fanout=1, ttl=2, round_interval=1.0)
-    proc = epto.Process(1, config, peers=_NoPeersAtFirst(2, 10), rng=random.Random(1), now=0.0)
+    proc = epto.epidemic.Process(
+        1, config, peers=_NoPeersAtFirst(2, 10), rng=random.Random(1), now=0.0
+    )
     proc.broadcast(b"x", 0.0)
     for t in range(1, 12):
         proc.handle_timer(float(t))

@@ -10,18 +10,19 @@ import random
 import pytest
 
 import epto
+import epto.epidemic
 import epto.wire
 from epto import keys
 
 U64_MAX = 2**64 - 1
 
 
-def _process(pid: int = 1, *, signer: object = None, **fields: object) -> epto.Process:
+def _process(pid: int = 1, *, signer: object = None, **fields: object) -> epto.epidemic.Process:
     config = epto.Config(fanout=2, ttl=3, **fields)  # type: ignore[arg-type]
-    return epto.Process(
+    return epto.epidemic.Process(
         pid,
         config,
-        peers=epto.FullView(pid, [1, 2, 3]),
+        peers=epto.epidemic.FullView(pid, [1, 2, 3]),
         rng=random.Random(pid),
         now=0.0,
         signer=signer,  # type: ignore[arg-type]
@@ -32,7 +33,7 @@ def _event(source: int, seq: int, ts: int, payload: bytes = b"x") -> epto.Event:
     return epto.Event(source=source, seq=seq, ts=ts, payload=payload)
 
 
-def _run_rounds(proc: epto.Process, start: float, rounds: int) -> float:
+def _run_rounds(proc: epto.epidemic.Process, start: float, rounds: int) -> float:
     now = start
     for _ in range(rounds):
         now = proc.get_timer()
@@ -40,7 +41,7 @@ def _run_rounds(proc: epto.Process, start: float, rounds: int) -> float:
     return now
 
 
-def _encode_everything(proc: epto.Process) -> int:
+def _encode_everything(proc: epto.epidemic.Process) -> int:
     codec = epto.wire.FrameCodec(group=0)
     frames = 0
     for dest, ball in proc.messages_to_send():
@@ -82,7 +83,9 @@ def test_a_top_timestamp_in_a_decoded_frame_is_refused() -> None:
     codec = epto.wire.FrameCodec(group=0)
     hostile = _event(9, 0, U64_MAX)
     (frame,) = codec.encode(9, {hostile.id: (hostile, 1)})
-    node = epto.Node(1, epto.Config(fanout=2, ttl=3), rng=random.Random(1), now=0.0, members=[1, 2])
+    node = epto.epidemic.Node(
+        1, epto.Config(fanout=2, ttl=3), rng=random.Random(1), now=0.0, members=[1, 2]
+    )
     decoded = codec.decode(frame)
     node.receive(decoded.sender, decoded.message, 0.0)
     node.broadcast(b"after", 0.0)

@@ -7,6 +7,7 @@ import random
 import attrs
 
 import epto
+import epto.epidemic
 
 
 def _key(seed: int) -> bytes:
@@ -15,12 +16,12 @@ def _key(seed: int) -> bytes:
 
 def test_broadcast_events_carry_a_signature_that_verifies() -> None:
     signer = epto.EventSigner(1, _key(1))
-    members = epto.Membership([1, 2])
+    members = epto.epidemic.Membership([1, 2])
     config = epto.Config(fanout=1, ttl=2, round_interval=1.0)
-    proc = epto.Process(
+    proc = epto.epidemic.Process(
         1,
         config,
-        peers=epto.FullView(1, members),
+        peers=epto.epidemic.FullView(1, members),
         rng=random.Random(1),
         now=0.0,
         signer=signer.signature,
@@ -39,7 +40,7 @@ def test_broadcast_events_carry_a_signature_that_verifies() -> None:
 
 def test_node_passes_the_signer_to_its_process() -> None:
     signer = epto.EventSigner(3, _key(3))
-    node = epto.Node(
+    node = epto.epidemic.Node(
         3,
         epto.Config(fanout=1, ttl=2),
         rng=random.Random(3),

@@ -3,7 +3,7 @@ round-based runs: integrity and total order hold over every member's whole
 delivery history (all its starts together), and what a restarted member
 broadcasts reaches every member when nothing is lost.
 
-A restart is a new :class:`epto.Process` with the same id, the next
+A restart is a new :class:`epto.epidemic.Process` with the same id, the next
 incarnation, and ``resume_after`` the last timestamp its earlier start
 delivered (what its delivery log holds): docs/node.md, *Restart*.
 """
@@ -15,8 +15,9 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from epto import Config, Process
+from epto import Config
 from epto.check import check
+from epto.epidemic import Process
 from epto.epidemic._sampler import FullView
 
 

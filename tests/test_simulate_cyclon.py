@@ -10,6 +10,7 @@ import pytest
 from epto.transports.simulation import Cluster, SimulationSpec, run_simulation
 
 import epto
+import epto.epidemic
 from epto.cli import main
 
 SPEC = SimulationSpec(
@@ -52,7 +53,7 @@ def test_cluster_with_cyclon_nodes_mixes_views_and_drops_the_dead() -> None:
     cluster = Cluster(40, seed=2, config=config, pss=pss)
     cluster.run_rounds(40)
     nodes = list(cluster.processes.values())
-    assert all(isinstance(n, epto.Node) and n.cyclon is not None for n in nodes)
+    assert all(isinstance(n, epto.epidemic.Node) and n.cyclon is not None for n in nodes)
     views = {pid: {d.pid for d in n.cyclon.view()} for pid, n in cluster.processes.items()}  # type: ignore[union-attr]
     assert all(len(v) >= 9 for v in views.values())
     indegree = {pid: sum(pid in v for v in views.values()) for pid in views}

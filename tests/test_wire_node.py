@@ -6,8 +6,9 @@ import random
 
 import pytest
 
-from epto import Config, CyclonConfig, GroupKey, Node, PeerDescriptor
+from epto import Config, CyclonConfig, GroupKey
 from epto.check import check
+from epto.epidemic import Node, PeerDescriptor
 from epto.wire import FrameCodec, GroupSealer
 
 pytest.importorskip("cryptography")

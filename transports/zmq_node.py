@@ -158,7 +158,7 @@ class ZmqNode(SyncNodeLifecycle):
 
     def resume_after(self, ts: int) -> None:
         """Deliver and broadcast only after ``ts``, what an earlier start of
-        this member delivered last (:meth:`epto.Process.resume_after`); call it
+        this member delivered last (:meth:`epto.epidemic.Process.resume_after`); call it
         before :meth:`start`."""
         with self._cond:
             self._endpoint.resume_after(ts)

@@ -1,6 +1,6 @@
 """Event copies per second through one process's receive-and-order path.
 
-One :class:`epto.Process` receives, round after round, the balls a member of
+One :class:`epto.epidemic.Process` receives, round after round, the balls a member of
 a large group would receive, and runs its rounds. The balls are synthesised
 from a model of steady-state gossip rather than from a full simulation (a
 10,000-process simulation is the simulator's job, not this benchmark's):
@@ -136,7 +136,8 @@ def measure(
     ball_format: str,
 ) -> dict[str, Any]:
     """Run the model for group size ``n`` and return the figures."""
-    from epto import Config, Event, FullView, Process
+    from epto import Config, Event
+    from epto.epidemic import FullView, Process
     from epto.epidemic._ordering import Ordering
     from epto.params import derive_parameters
     from epto.wire import LayeredBall

@@ -1,4 +1,4 @@
-"""The EpTO endpoint: one :class:`epto.Node` (process and peer sampler), its
+"""The EpTO endpoint: one :class:`epto.epidemic.Node` (process and peer sampler), its
 frame codec and sealer, the members' addresses, and the protocol decisions
 every driver used to make around them.
 
@@ -191,11 +191,11 @@ class EptoEndpoint:
         return eid
 
     def advance_clock(self, ts: int) -> None:
-        """:meth:`epto.Process.advance_clock` (a restored snapshot's cut)."""
+        """:meth:`epto.epidemic.Process.advance_clock` (a restored snapshot's cut)."""
         self._node.process.advance_clock(ts)
 
     def resume_after(self, ts: int) -> None:
-        """:meth:`epto.Process.resume_after`: an earlier incarnation of this
+        """:meth:`epto.epidemic.Process.resume_after`: an earlier incarnation of this
         member delivered the order up to ``ts`` (its log's last timestamp)."""
         self._node.process.resume_after(ts)
 

@@ -276,7 +276,7 @@ def extent_loss(node_dir: str | os.PathLike[str]) -> LogGapError | None:
 def last_ordered_ts(node_dir: str | os.PathLike[str]) -> int:
     """The largest timestamp of the events the log delivered in the total
     order (not tagged ``OUT_OF_ORDER``; 0 when there is none): where a member
-    restarted on this log resumes the order (:meth:`epto.Process.resume_after`).
+    restarted on this log resumes the order (:meth:`epto.epidemic.Process.resume_after`).
     Reads from the last segment backwards until one holds such a record;
     tolerates a lost tail (a crash before the last records reached the disk)."""
     extent = log_extent(node_dir)

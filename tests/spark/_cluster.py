@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 import epto
+import epto.epidemic
 import epto.wire
 from epto.log import DeliveryLogs, micros, write_broadcasts
 
@@ -23,12 +24,12 @@ def run_cluster(
     every delivery; returns the broadcast times. Virtual time is in seconds."""
     rng = random.Random(seed)
     config = epto.Config.for_group(n)
-    membership = epto.Membership(range(n))
+    membership = epto.epidemic.Membership(range(n))
     procs = [
-        epto.Process(
+        epto.epidemic.Process(
             pid,
             config,
-            peers=epto.FullView(pid, membership),
+            peers=epto.epidemic.FullView(pid, membership),
             rng=random.Random(rng.random()),
             now=0.0,
         )

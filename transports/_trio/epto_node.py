@@ -77,12 +77,12 @@ class TrioEptoNode(TrioDriver):
         self._require_epto().remove_member(pid)
 
     def advance_clock(self, ts: int) -> None:
-        """Move the EpTO clock to at least ``ts`` (:meth:`epto.Process.advance_clock`)."""
+        """Move the EpTO clock to at least ``ts`` (:meth:`epto.epidemic.Process.advance_clock`)."""
         self._require_epto().advance_clock(ts)
 
     def resume_after(self, ts: int) -> None:
         """Deliver and broadcast only after ``ts``, what an earlier start of
-        this member delivered last (:meth:`epto.Process.resume_after`). Call it
+        this member delivered last (:meth:`epto.epidemic.Process.resume_after`). Call it
         right after entering the node, before the first round."""
         self._require_epto().resume_after(ts)
 

@@ -21,18 +21,10 @@ import random
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
-from epto import (
-    Config,
-    CyclonConfig,
-    Delivery,
-    EventId,
-    LocalProtocolError,
-    Membership,
-    PeerSampler,
-    ProcessId,
-)
+from epto import Config, CyclonConfig, Delivery, EventId, LocalProtocolError, ProcessId
 from epto.atoms import AtomsConfig, AtomsProcess, SequencingGraph, zipf_memberships
 from epto.check import CheckReport, OrderViolation, PairwiseReport, check_pairwise
+from epto.epidemic import Membership, PeerSampler
 
 from ._latency import LatencyModel
 from ._members import (

@@ -1,7 +1,7 @@
 """The ordering engines of the virtual-time network, one :class:`Engine` each:
 everything the simulator does differently for EpTO and for a token ring.
 
-* :class:`EptoEngine`: :class:`epto.Process` (or :class:`epto.Node` with
+* :class:`EptoEngine`: :class:`epto.epidemic.Process` (or :class:`epto.epidemic.Node` with
   Cyclon); balls are lossy datagrams (Cyclon's messages too, a kind of their
   own); a round timer re-armed each time it fires (``TIMER``); outputs are
   drained after timers and broadcasts only (``receive`` only fills the next
@@ -29,22 +29,10 @@ from typing import Any, ClassVar, Literal
 
 import attrs
 
-from epto import (
-    Config,
-    CyclonConfig,
-    Delivery,
-    EventId,
-    FullView,
-    LocalProtocolError,
-    Membership,
-    Node,
-    PeerDescriptor,
-    PeerSampler,
-    Process,
-    ProcessId,
-)
+from epto import Config, CyclonConfig, Delivery, EventId, LocalProtocolError, ProcessId
 from epto.atoms import AtomsConfig
 from epto.check import CheckReport, check
+from epto.epidemic import FullView, Membership, Node, PeerDescriptor, PeerSampler, Process
 from epto.tokenring import Role, TokenRingConfig, TokenRingProcess
 from epto.wire import Ball
 
@@ -74,7 +62,8 @@ def _process(member: Member) -> Process:
 
 
 class EptoEngine(Engine):
-    """EpTO processes (:class:`epto.Process`, or :class:`epto.Node` with Cyclon)."""
+    """EpTO processes (:class:`epto.epidemic.Process`, or :class:`epto.epidemic.Node`
+    with Cyclon)."""
 
     mode: ClassVar[Literal["epto"]] = "epto"
     deterministic_agreement = False

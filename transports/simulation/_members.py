@@ -32,14 +32,11 @@ from epto import (
     Delivery,
     EventId,
     LocalProtocolError,
-    Membership,
-    Node,
-    PeerSampler,
-    Process,
     ProcessId,
 )
 from epto.atoms import AtomsConfig, AtomsProcess
 from epto.check import CheckReport
+from epto.epidemic import Membership, Node, PeerSampler, Process
 from epto.tokenring import TokenRingConfig, TokenRingProcess
 
 from ._latency import LatencyModel
@@ -47,7 +44,7 @@ from ._network import VirtualNetwork
 from ._spec import SimulationSpec
 
 Member = Process | Node | TokenRingProcess | AtomsProcess
-"""A simulated process: :class:`epto.Process`, :class:`epto.Node` with
+"""A simulated process: :class:`epto.epidemic.Process`, :class:`epto.epidemic.Node` with
 Cyclon, :class:`epto.tokenring.TokenRingProcess`, or
 :class:`epto.atoms.AtomsProcess`."""
 EngineConfig = Config | TokenRingConfig | AtomsConfig
@@ -93,7 +90,7 @@ class SimulationPort:
     """Keeps one versioned timer per key, due at a time (``math.inf``: none)."""
     sampler: Callable[[ProcessId, Membership], PeerSampler] | None
     """The ``sampler`` option: an EpTO process's peer sampler over the full
-    view (None: :class:`epto.FullView`)."""
+    view (None: :class:`epto.epidemic.FullView`)."""
 
 
 def refuse_round_options(
@@ -341,7 +338,7 @@ class Members(VirtualNetwork):
         self.schedule_rng = random.Random(f"epto-sim/{seed}/schedule")
         """The schedule's random stream (phases, drift, churn, workloads)."""
         self.processes: dict[ProcessId, Member] = {}
-        """Live processes: :class:`epto.Process`, :class:`epto.Node` with
+        """Live processes: :class:`epto.epidemic.Process`, :class:`epto.epidemic.Node` with
         Cyclon, or :class:`epto.tokenring.TokenRingProcess`."""
         self.joined_at: dict[ProcessId, float] = {}
         self.left_at: dict[ProcessId, float] = {}

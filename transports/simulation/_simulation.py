@@ -1,5 +1,5 @@
 """The virtual-time network: a seeded discrete-event simulation of many
-processes, EpTO (:class:`epto.Process`, or :class:`epto.Node` with Cyclon) or
+processes, EpTO (:class:`epto.epidemic.Process`, or :class:`epto.epidemic.Node` with Cyclon) or
 token-ring (:class:`epto.tokenring.TokenRingProcess`).
 
 This module holds the run loop; the calendar queue is in ``_calendar.py``,
@@ -28,9 +28,9 @@ of state each, a tenth of a simulated process), one per Cyclon node (which
 also draws its shuffles). Changing the loss rate does not move round phases;
 the same seed gives the same run, byte for byte.
 
-The static full view is one :class:`epto.Membership` shared by every process
+The static full view is one :class:`epto.epidemic.Membership` shared by every process
 and updated on churn; nothing is copied per process. With
-``pss=CyclonConfig(...)`` every process is instead an :class:`epto.Node`
+``pss=CyclonConfig(...)`` every process is instead an :class:`epto.epidemic.Node`
 running Cyclon: a newcomer joins through ``pss_seeds`` live processes drawn
 at random, and Cyclon's messages cross the same network (latency, loss,
 partitions) as a queue kind of their own, counted apart from balls.

@@ -69,7 +69,7 @@ class SimulationSpec:
     the exclusion timeout plus four consensus timeouts and ten largest
     latencies)."""
     pss: Literal["full", "cyclon"] = "full"
-    """Peer sampling: the static full view, or Cyclon (:class:`epto.Node`)."""
+    """Peer sampling: the static full view, or Cyclon (:class:`epto.epidemic.Node`)."""
     view_size: int = 50
     """Cyclon: entries per view."""
     shuffle_length: int = 8
