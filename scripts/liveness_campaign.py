@@ -600,7 +600,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label", default="", help="a name for the tree run (e.g. before)")
     parser.add_argument("--show", action="store_true", help="print every schedule's record")
     parser.add_argument(
-        "--combine", nargs="+", metavar="JSON", help="sum earlier --out files instead of running"
+        "--combine",
+        nargs="+",
+        metavar="JSON",
+        help="sum earlier --out files instead of running (their seeds below the sizes given)",
     )
     args = parser.parse_args(argv)
     records: list[Record] = []
@@ -610,6 +613,9 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.combine:
             with open(name) as f:
                 records += json.load(f)["records"]
+        # --token-ring and --epto keep the seeds of a run of that size.
+        wanted = {"token-ring": args.token_ring, "epto": args.epto}
+        records = [r for r in records if args.first <= r["seed"] < args.first + wanted[r["engine"]]]
     else:
         todo = list(tasks(args))
 
