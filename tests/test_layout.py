@@ -1,6 +1,8 @@
 """The layout keeps its promises (docs/architecture.md): no import circles
-among the library's modules, and no module longer than about 400 lines
-without a reason stated at its top (a ``Size:`` paragraph in its docstring)."""
+among the library's modules, no module of the core that reaches the drivers
+(``epto.transports``), visibly or through a string, and no module longer than
+about 400 lines without a reason stated at its top (a ``Size:`` paragraph in
+its docstring)."""
 
 from __future__ import annotations
 
@@ -116,3 +118,93 @@ def test_the_private_read_check_can_fail() -> None:
     text = "import os\nclass A:\n    __slots__ = ('_a',)\n    def f(self, b, c):\n"
     text += "        return self._x, b._a, os._exit, c._parts, b.__class__\n"
     assert _foreign_private_reads("m", text) == ["m:5: ._parts"]
+
+
+INTEGRATIONS = ("epto.benchmarks", "epto.cli", "epto.spark")
+"""Packages of epto/ that run the drivers (the command line, the benchmarks,
+Spark's tasks and gateway) and so may import ``epto.transports``; every other
+module of epto/ is the core, which the drivers import and never the reverse."""
+
+_IMPORTERS = {"import_module", "__import__", "find_spec", "import_from_path"}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the docstring nodes (module, class, function): prose may name
+    the drivers; code may not."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                out.add(id(body[0].value))
+    return out
+
+
+def _mentions_the_drivers(name: str, text: str, *, package: bool = False) -> list[str]:
+    """Where module ``name`` (source ``text``) reaches ``epto.transports``:
+    an import (absolute or relative), the attribute ``epto.transports``, a
+    string naming it (outside docstrings), or a string with ``transports`` in
+    it passed to an import function (``importlib.import_module("..transports")``).
+    ``package``: the module is a package's ``__init__``."""
+    tree = ast.parse(text)
+    here = name if package else name.rpartition(".")[0]
+    docs = _docstrings(tree)
+    found = []
+    for node in ast.walk(tree):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here.split(".")[: len(here.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            targets = [module] + [f"{module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Attribute):
+            if isinstance(node.value, ast.Name) and node.value.id == "epto":
+                targets = [f"epto.{node.attr}"]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if id(node) not in docs and "epto.transports" in node.value:
+                found.append(f"{name}:{node.lineno}: string {node.value!r}")
+        elif isinstance(node, ast.Call):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if called in _IMPORTERS:
+                for arg in ast.walk(node):
+                    if isinstance(arg, ast.Constant) and "transports" in str(arg.value):
+                        found.append(f"{name}:{node.lineno}: {called}({arg.value!r})")
+        hits = [t for t in targets if t == "epto.transports" or t.startswith("epto.transports.")]
+        if hits:
+            found.append(f"{name}:{node.lineno}: {hits[0]}")
+    return found
+
+
+def test_the_core_does_not_reach_the_drivers() -> None:
+    found = []
+    for name, path in import_graph.modules().items():
+        if name.startswith(("epto.transports", *INTEGRATIONS)):
+            continue
+        found += _mentions_the_drivers(name, path.read_text(), package=path.name == "__init__.py")
+    assert found == []
+
+
+def test_the_driver_check_can_fail() -> None:
+    cases = {
+        "from epto.transports.simulation import Cluster": "epto.transports.simulation",
+        "from ..transports import trio_node": "epto.transports",
+        "from .. import transports": "epto.transports",
+        "import epto.transports": "epto.transports",
+        "import epto\nepto.transports": "epto.transports",
+        "x = 'epto.transports.simulation'": "string",
+        "import importlib\nimportlib.import_module('..transports', 'epto.x')": "import_module",
+        "__import__('epto.' + 'transports')": "__import__",
+    }
+    for text, expected in cases.items():
+        found = _mentions_the_drivers("epto.tokenring.simulation", text)
+        assert len(found) >= 1 and expected in found[0], (text, found)
+    old_forwarder = "def __getattr__(name):\n    from epto.transports.simulation import X\n"
+    assert _mentions_the_drivers("epto.tokenring.simulation", old_forwarder) != []
+    assert _mentions_the_drivers("epto.tokenring", "from ..transports import x", package=True)
+    prose = '"""Runs in :mod:`epto.transports.simulation`."""\nimport epto.tokenring\n'
+    assert _mentions_the_drivers("epto.tokenring.simulation", prose) == []

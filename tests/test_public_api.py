@@ -287,7 +287,6 @@ PUBLIC_SUBMODULES: dict[str, frozenset[str]] = {
             "wire",
         }
     ),
-    "epto.tokenring": frozenset({"simulation"}),
     "epto.transports": frozenset(
         {
             "blocking",
