@@ -20,11 +20,13 @@ import pytest
 import epto
 from epto.log import check_logs, list_nodes, read_log
 from epto.spark import standalone_cluster
+from epto.spark._logserver import serve_in_thread
 
 from ._cluster import run_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.slow]
 JOB = Path(__file__).with_name("_cluster_job.py")
+TOKEN = b"cluster-token"
 HOME = Path(os.path.abspath(Path(epto.__file__).parent.parent))
 """Where this epto is imported from, links not followed (a strict editable
 install links a build tree, epto/transports included, to the checkout)."""
@@ -43,9 +45,15 @@ def test_on_a_standalone_cluster(tmp_path: Path) -> None:
     run_cluster(logs, n=3, events=40, seed=5, manifest=False)
     expected = records(logs)
     env = {**os.environ, "PYTHONPATH": str(HOME)}
-    with standalone_cluster(tmp_path / "spark") as master:
+    with (
+        standalone_cluster(tmp_path / "spark") as master,
+        serve_in_thread([logs], TOKEN) as (server,),
+    ):
         job = subprocess.run(
-            [sys.executable, str(JOB), master, str(logs), str(tmp_path / "out")],
+            [
+                *(sys.executable, str(JOB), master, str(logs), str(tmp_path / "out")),
+                *(server.address, TOKEN.decode()),
+            ],
             capture_output=True,
             text=True,
             timeout=300,
@@ -68,6 +76,13 @@ def test_on_a_standalone_cluster(tmp_path: Path) -> None:
     assert len(after) == len(expected) + 15
     # Restarted from its checkpoint, the query wrote only the new records.
     assert sorted(result["second"]) == after
+
+    # Over the network: the group's order once, the restarted query adding
+    # only the new events (0 duplicates, 0 missing), as the files read.
+    events = result["events"]
+    assert [r[0] for r in events] == list(range(len(events))) and len(events) == 45
+    assert result["net_first"] == events[:40] and result["net_second"] == events
+    assert server.statistics.rejected == {}
 
     python, _ = check_logs(logs)
     assert cli.returncode == 0, cli.stderr[-4000:]
