@@ -13,6 +13,8 @@
 4. The large log is written as Parquet, and the same rows are read by the
    Python source (``epto``), the JVM reader (``epto-jvm``) and Parquet
    (every column, one column, ``count()``), best of ``--repeats`` runs each.
+5. The group's order (``rows=events``) is read from the files, through a log
+   server over loopback TCP (``epto.servers``), and as Parquet.
 
 Wall-clock figures; on a shared machine they are noisy.
 """
@@ -190,13 +192,65 @@ def compare_reads(spark: Any, logs: Path, parquet: Path, records: int, repeats: 
         f"reads of the same {records:,} rows ({spark.sparkContext.master}): best wall time "
         f"of {repeats}, median CPU time of the Spark processes; (Nx) is the ratio to Parquet"
     )
+    _time_reads(reads, repeats)
+
+
+def compare_network_reads(spark: Any, logs: Path, parquet: Path, repeats: int) -> None:
+    """One row per event (``rows=events``): the group's order read from the
+    files, through a log server (:mod:`epto.spark._logserver`, in this
+    process, serving the same directory over loopback TCP: ``epto.servers``),
+    and the same rows as Parquet; every column and ``count()``. CPU time
+    includes this process's (the log server's)."""
+    import secrets
+
+    from epto.spark._logserver import serve_in_thread
+
+    files_df = spark.read.format("epto").load(str(logs))
+    files_df.write.mode("overwrite").parquet(str(parquet))
+    rows = spark.read.parquet(str(parquet)).count()
+    token = secrets.token_hex(16)
+    with serve_in_thread([logs], token.encode()) as (server,):
+        net_df = (
+            spark.read.format("epto")
+            .option("epto.servers", server.address)
+            .option("epto.token", token)
+            .load()
+        )
+        dfs = {"files": files_df, "network": net_df, "parquet": spark.read.parquet(str(parquet))}
+        reads: list[tuple[str, dict[str, Any], Callable[[Any], object]]] = [
+            ("all columns", dfs, lambda df: df.write.format("noop").mode("overwrite").save()),
+            ("count()", dfs, lambda df: df.count()),
+        ]
+        print(
+            f"rows=events: the group's order, {rows:,} events, read from the files, over the "
+            f"network and as Parquet ({spark.sparkContext.master}); CPU includes the driver's "
+            "Python process (the log server)"
+        )
+        _time_reads(reads, repeats, with_self=True)
+        print(f"  log server: {server.statistics}")
+
+
+def _time_reads(
+    reads: list[tuple[str, dict[str, Any], Callable[[Any], object]]],
+    repeats: int,
+    *,
+    with_self: bool = False,
+) -> None:
+    """Run each read ``repeats`` times; print the best wall and median CPU time."""
+
+    def cpu_now() -> float | None:
+        children = _children_cpu()
+        if children is None:
+            return None
+        return children + (time.process_time() if with_self else 0.0)
+
     for label, dfs, action in reads:
         wall: dict[str, float] = {}
         cpu: dict[str, float | None] = {}
         for name, df in dfs.items():
             times, cpus = [], []
             for _ in range(repeats):
-                before = _children_cpu()
+                before = cpu_now()
                 started = time.perf_counter()
                 try:
                     action(df)
@@ -204,7 +258,7 @@ def compare_reads(spark: Any, logs: Path, parquet: Path, records: int, repeats: 
                     print(f"  {label:16} {name}: failed ({type(exc).__name__})")
                     break
                 times.append(time.perf_counter() - started)
-                after = _children_cpu()
+                after = cpu_now()
                 if before is not None and after is not None:
                     cpus.append(after - before)
             if times:
@@ -263,6 +317,7 @@ def run(args: argparse.Namespace) -> int:
                 f"({spark.sparkContext.master})"
             )
         compare_reads(spark, big, work / "parquet", records, args.repeats)
+        compare_network_reads(spark, big, work / "parquet-events", args.repeats)
         if not args.skip_analyze:
             for label, root in (("simulator log", sim), ("large log", big)):
                 result = analyze(root, spark=spark)

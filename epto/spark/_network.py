@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import socket
 import sys
+import time
 from array import array
 from collections.abc import Iterator, Sequence
 
@@ -33,6 +34,8 @@ from ._logproto import (
     answer,
 )
 
+BUSY = "refused: too many connections"
+"""What a client reads when the server serves its most connections already."""
 MAX_ACCEPTED_FRAME = 64 << 20
 """The largest frame a client takes, whatever the server says."""
 _BIG_ENDIAN = sys.byteorder == "big"
@@ -211,8 +214,22 @@ class NetworkLogs:
         return "epto.servers " + ",".join(self.servers)
 
     def client(self, address: str) -> LogClient:
+        """The connection to ``address``, opened on first use. A server that
+        serves its most connections already is asked again, with a growing
+        pause, for up to ``timeout`` seconds (tasks of a large cluster may
+        outnumber its connections)."""
         if address not in self._clients:
-            self._clients[address] = LogClient(address, self.token, timeout=self.timeout)
+            deadline = time.monotonic() + self.timeout
+            pause = 0.05
+            while True:
+                try:
+                    self._clients[address] = LogClient(address, self.token, timeout=self.timeout)
+                    break
+                except LogServerError as exc:
+                    if BUSY not in str(exc) or time.monotonic() + pause > deadline:
+                        raise
+                time.sleep(pause)
+                pause = min(2 * pause, 1.0)
         return self._clients[address]
 
     def close(self) -> None:

@@ -349,3 +349,22 @@ def test_epto_node_serves_its_log_under_the_group_key(tmp_path: Path) -> None:
         proc.wait(30)
         assert proc.stderr is not None
         proc.stderr.close()
+
+
+def test_a_busy_server_is_asked_again(tmp_path: Path) -> None:
+    """Tasks may outnumber a server's connections: a refused task's client
+    waits for a free one instead of failing the task."""
+    import threading
+
+    ring_logs(tmp_path, count=5)
+    with serving([tmp_path], TOKEN, max_connections=1) as (server,):
+        held = LogClient(server.address, TOKEN)
+        release = threading.Timer(0.3, held.close)
+        release.start()
+        net = NetworkLogs([server.address], TOKEN, timeout=30)
+        try:
+            assert net.nodes() == [0, 1, 2]
+        finally:
+            release.join()
+            net.close()
+        assert server.statistics.rejected["connections"] >= 1
