@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import struct
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,8 +27,11 @@ import attrs
 
 from ._manifest import read_manifest
 from ._segment import (
+    BODY,
     FLAG_OUT_OF_ORDER,
+    FRAME,
     HEADER_SIZE,
+    MAX_BODY,
     LogCorruptError,
     LogRecord,
     RawRecord,
@@ -115,8 +120,9 @@ def list_segments(node_dir: str | os.PathLike[str]) -> list[Segment]:
     return out
 
 
-def _load(segment: Segment) -> tuple[bytes, bool]:
-    """The bytes of a segment, following a concurrent close (rename)."""
+def load_segment(segment: Segment) -> tuple[bytes, bool]:
+    """The bytes of a segment and whether it is closed, following a concurrent
+    close (the writer renames ``*.open`` to ``*.seg``)."""
     try:
         return segment.path.read_bytes(), segment.closed
     except FileNotFoundError:
@@ -127,7 +133,7 @@ def _load(segment: Segment) -> tuple[bytes, bool]:
 
 
 def _frames(segment: Segment) -> tuple[bytes, int, Iterator[tuple[int, int]], bool]:
-    data, closed = _load(segment)
+    data, closed = load_segment(segment)
     if not closed and len(data) < HEADER_SIZE:
         # A segment being created: the header is not written yet.
         return data, -1, iter(()), closed
@@ -135,6 +141,109 @@ def _frames(segment: Segment) -> tuple[bytes, int, Iterator[tuple[int, int]], bo
     if first != segment.first_index:
         raise LogCorruptError(f"{segment.path}: header says first index {first}")
     return data, node, scan_frames(data, HEADER_SIZE), closed
+
+
+FRAME_INDEX = struct.Struct("<IIQ")
+"""A frame's length and CRC32, then the body's first field (the index)."""
+_MAX_INDEX = 1 << 64
+"""Above every delivery index (indices are unsigned 64-bit)."""
+
+
+def walk_frames(
+    node_dir: str | os.PathLike[str],
+    start: int = 0,
+    end: int | None = None,
+    *,
+    skip_missing: bool = False,
+) -> Iterator[tuple[bytes, list[int]]]:
+    """The one walk of a node's log: ``(segment bytes, frame positions)`` of the
+    records with ``start <= index < end``, segment by segment, in index order.
+    A position is where a record's frame starts (its 8-byte length and CRC32
+    header; the body follows). :func:`iter_raw` decodes each record from it,
+    the Spark source's columnar reader (:mod:`epto.spark._columnar`) whole
+    columns at once.
+
+    The only Python work per record is the frame check (length, CRC32, index).
+    Raises :class:`LogGapError` when the first available index is above
+    ``start`` or indices jump, :class:`LogTailLostError` when the log ends
+    before the end its manifest recorded as durable (or before ``end``, when
+    the manifest covers ``end``), and :class:`LogCorruptError` when a closed
+    segment does not read back whole; the records before the point of failure
+    are yielded first. With ``skip_missing``, missing indices are skipped and
+    nothing is raised for them (damaged records still raise).
+    """
+    manifest = read_manifest(node_dir)  # before the listing: see the module docstring
+    segments = list_segments(node_dir)
+    # Skip segments that end before start: the next segment's first index bounds them.
+    first = 0
+    while first + 1 < len(segments) and segments[first + 1].first_index <= start:
+        first += 1
+    expected = start
+    torn = False
+    unpack = FRAME_INDEX.unpack_from
+    crc32 = zlib.crc32
+    min_body, frame = BODY.size, FRAME.size
+    limit = _MAX_INDEX if end is None else end
+    for seg in segments[first:]:
+        if seg.first_index >= limit:
+            return
+        if seg.first_index > expected:
+            if not skip_missing:
+                raise _missing(node_dir, expected, seg.first_index)
+            expected = seg.first_index
+        data, closed = load_segment(seg)
+        size = len(data)
+        if not closed and size < HEADER_SIZE:
+            continue  # a segment being created: the header is not written yet
+        first_index = decode_header(data, str(seg.path))[1]
+        if first_index != seg.first_index:
+            raise LogCorruptError(f"{seg.path}: header says first index {first_index}")
+        positions: list[int] = []
+        keep = positions.append
+        pos = HEADER_SIZE
+        reached_end = False
+        # A frame needs FRAME.size header bytes and a body of at least BODY.size
+        # bytes, so fewer than 16 bytes left is a torn tail.
+        while pos + 16 <= size:
+            length, crc, index = unpack(data, pos)
+            body = pos + frame
+            stop = body + length
+            if (
+                length < min_body
+                or length > MAX_BODY
+                or stop > size
+                or crc32(data[body:stop]) != crc
+            ):
+                break
+            if index == expected and index < limit:  # the usual case, first
+                keep(pos)
+                expected += 1
+                pos = stop
+                continue
+            here, pos = pos, stop
+            if index < expected:
+                continue
+            if index >= limit:
+                reached_end = True
+                break
+            if not skip_missing:
+                if positions:
+                    yield data, positions
+                raise LogGapError(f"{node_dir}: expected index {expected}, found {index}")
+            keep(here)
+            expected = index + 1
+        if positions:
+            yield data, positions
+        if reached_end:
+            return
+        if pos < size:
+            if closed:
+                raise LogCorruptError(f"{seg.path}: damaged record at byte {pos}")
+            torn = True  # torn or in-progress tail of the open segment
+            break
+    if skip_missing:
+        return
+    check_end(node_dir, expected, end, None if manifest is None else manifest.end, torn=torn)
 
 
 def iter_raw(
@@ -156,44 +265,10 @@ def iter_raw(
     ``[start, end)`` that exists is yielded, and nothing is raised for what is
     missing (damaged records still raise :class:`LogCorruptError`).
     """
-    manifest = read_manifest(node_dir)  # before the listing: see the module docstring
-    segments = list_segments(node_dir)
-    # Skip segments that end before start: the next segment's first index bounds them.
-    first = 0
-    while first + 1 < len(segments) and segments[first + 1].first_index <= start:
-        first += 1
-    expected = start
-    torn = False
-    for seg in segments[first:]:
-        if end is not None and seg.first_index >= end:
-            return
-        if seg.first_index > expected:
-            if not skip_missing:
-                raise _missing(node_dir, expected, seg.first_index)
-            expected = seg.first_index
-        data, _, frames, closed = _frames(seg)
-        pos = HEADER_SIZE
-        for body_start, body_stop in frames:
-            pos = body_stop
-            index = body_index(data, body_start)
-            if index < expected:
-                continue
-            if end is not None and index >= end:
-                return
-            if index != expected:
-                if not skip_missing:
-                    raise LogGapError(f"{node_dir}: expected index {expected}, found {index}")
-                expected = index
-            yield decode_body(data, body_start, body_stop)
-            expected += 1
-        if pos < len(data):
-            if closed:
-                raise LogCorruptError(f"{seg.path}: damaged record at byte {pos}")
-            torn = True  # torn or in-progress tail of the open segment
-            break
-    if skip_missing:
-        return
-    check_end(node_dir, expected, end, None if manifest is None else manifest.end, torn=torn)
+    length_at, frame = FRAME.unpack_from, FRAME.size
+    for data, positions in walk_frames(node_dir, start, end, skip_missing=skip_missing):
+        for pos in positions:
+            yield decode_body(data, pos + frame, pos + frame + length_at(data, pos)[0])
 
 
 def check_end(

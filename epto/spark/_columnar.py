@@ -1,9 +1,9 @@
 """Delivery-log records as Arrow columns, decoded in bulk from segment bytes.
 
-:func:`scan_frames` walks one node's segments like :func:`epto.log.iter_raw`
-(same ranges, same gap, lost-tail and corruption errors) but yields, per
-segment, the segment's bytes and the byte positions of the records to read:
-the only Python work per record is the frame check (length, CRC32, index).
+The log is walked by :func:`epto.log._reader.walk_frames`, the one walk that
+:func:`epto.log.iter_raw` uses too (same ranges, same gap, lost-tail and
+corruption errors): per segment, the segment's bytes and the byte positions of
+the records to read. It is re-exported here as :func:`scan_frames`.
 :func:`decode` then builds the columns with Arrow kernels, without a Python
 object per field:
 
@@ -22,15 +22,14 @@ from __future__ import annotations
 import functools
 import os
 import struct
-import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from .._errors import EptoError
 from ..log._manifest import read_manifest
-from ..log._reader import LogExtent, LogGapError, _load, check_end, list_segments
+from ..log._reader import LogExtent, list_segments, load_segment, walk_frames
 from ..log._segment import (
     BODY,
     FLAG_HAS_BROADCAST,
@@ -41,13 +40,12 @@ from ..log._segment import (
     decode_header,
 )
 
-FRAME_INDEX = struct.Struct("<IIQ")
-"""A frame's length and CRC32, then the body's first field (the index)."""
+scan_frames = walk_frames
+"""``(segment bytes, frame positions)`` per segment: the log's one walk, by the
+name the Spark source's modules use."""
 STRIDE = 64
 """Bytes gathered per record: frame header (8), six 8-byte fields (48), flags,
 signature length and five bytes beyond (8)."""
-MAX_INDEX = 1 << 64
-"""Above every delivery index (indices are unsigned 64-bit)."""
 _SIG_AT = 8 + BODY.size
 """Offset of the signature from the start of a frame."""
 
@@ -68,93 +66,6 @@ COLUMN_TYPES: dict[str, pa.DataType] = {
 _WORD = {"offset": 1, "source": 2, "seq": 3, "ts": 4, "delivered_at": 5, "broadcast_at": 6}
 """Which 64-bit word of a gathered record holds each fixed-width field."""
 _UNSIGNED = ("offset", "source", "seq")
-
-
-def scan_frames(
-    node_dir: str | os.PathLike[str],
-    start: int = 0,
-    end: int | None = None,
-    *,
-    skip_missing: bool = False,
-) -> Iterator[tuple[bytes, list[int]]]:
-    """``(segment bytes, frame positions)`` of the records with
-    ``start <= index < end``, segment by segment, in index order.
-
-    Raises what :func:`epto.log.iter_raw` raises in the same cases
-    (:class:`LogGapError`, its subclass for a lost tail,
-    :class:`LogCorruptError`); with ``skip_missing`` it skips what is missing.
-    """
-    manifest = read_manifest(node_dir)  # before the listing, as iter_raw does
-    segments = list_segments(node_dir)
-    first = 0
-    while first + 1 < len(segments) and segments[first + 1].first_index <= start:
-        first += 1
-    expected = start
-    torn = False
-    unpack = FRAME_INDEX.unpack_from
-    crc32 = zlib.crc32
-    min_body = BODY.size
-    for seg in segments[first:]:
-        if end is not None and seg.first_index >= end:
-            return
-        if seg.first_index > expected:
-            if not skip_missing:
-                raise LogGapError(
-                    f"{node_dir}: delivery indices {expected}..{seg.first_index - 1} are missing"
-                )
-            expected = seg.first_index
-        data, closed = _load(seg)
-        size = len(data)
-        if not closed and size < HEADER_SIZE:
-            continue  # a segment being created: the header is not written yet
-        first_index = decode_header(data, str(seg.path))[1]
-        if first_index != seg.first_index:
-            raise LogCorruptError(f"{seg.path}: header says first index {first_index}")
-        positions: list[int] = []
-        keep = positions.append
-        limit = MAX_INDEX if end is None else end
-        pos = HEADER_SIZE
-        reached_end = False
-        # A frame needs 8 header bytes and a body of at least BODY.size bytes, so
-        # fewer than 16 bytes left is a torn tail, as in epto.log's scan_frames.
-        while pos + 16 <= size:
-            length, crc, index = unpack(data, pos)
-            body = pos + 8
-            stop = body + length
-            if (
-                length < min_body
-                or length > MAX_BODY
-                or stop > size
-                or crc32(data[body:stop]) != crc
-            ):
-                break
-            if index == expected and index < limit:  # the usual case, first
-                keep(pos)
-                expected += 1
-                pos = stop
-                continue
-            here, pos = pos, stop
-            if index < expected:
-                continue
-            if index >= limit:
-                reached_end = True
-                break
-            if not skip_missing:
-                raise LogGapError(f"{node_dir}: expected index {expected}, found {index}")
-            keep(here)
-            expected = index + 1
-        if positions:
-            yield data, positions
-        if reached_end:
-            return
-        if pos < size:
-            if closed:
-                raise LogCorruptError(f"{seg.path}: damaged record at byte {pos}")
-            torn = True  # torn or in-progress tail of the open segment
-            break
-    if skip_missing:
-        return
-    check_end(node_dir, expected, end, None if manifest is None else manifest.end, torn=torn)
 
 
 def _steps(count: int, step: int, first: int = 0) -> pa.Array:
@@ -276,7 +187,7 @@ def extent(node_dir: str | os.PathLike[str]) -> LogExtent:
             key = (str(last.path), stat.st_size, stat.st_mtime_ns)
             if key in _CLOSED_ENDS:
                 return LogExtent(first=first, end=_CLOSED_ENDS[key], durable_end=durable)
-    data, closed = _load(last)
+    data, closed = load_segment(last)
     end = last.first_index
     size = len(data)
     if not closed and size < HEADER_SIZE:
