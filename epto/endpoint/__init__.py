@@ -30,6 +30,9 @@ from ._config import Mode as Mode
 from ._config import NodeConfig as NodeConfig
 from ._config import OverflowPolicy as OverflowPolicy
 from ._config import parse_host_port as parse_host_port
+from ._engines import AtomsAdapter as AtomsAdapter
+from ._engines import EptoAdapter as EptoAdapter
+from ._engines import TokenRingAdapter as TokenRingAdapter
 from ._epto import EptoEndpoint as EptoEndpoint
 from ._epto import EptoEndpointStatistics as EptoEndpointStatistics
 from ._protocol import Endpoint as Endpoint
@@ -45,16 +48,19 @@ __all__ = [
     "OPENER_MAX",
     "Address",
     "AddressBook",
+    "AtomsAdapter",
     "AtomsEndpoint",
     "AtomsEndpointStatistics",
     "Endpoint",
     "EndpointStatistics",
+    "EptoAdapter",
     "EptoEndpoint",
     "EptoEndpointStatistics",
     "Mode",
     "NodeConfig",
     "OverflowPolicy",
     "StreamEndpoint",
+    "TokenRingAdapter",
     "TokenRingEndpoint",
     "TokenRingEndpointStatistics",
     "Transmit",

@@ -36,8 +36,9 @@ from ..atoms._messages import atoms_registry
 from ..atoms._process import AtomsProcess, AtomsStatistics
 from ._addresses import Directory, with_addresses
 from ._config import Address, parse_host_port
+from ._engines import AtomsAdapter
 from ._protocol import Transmit
-from ._streams import StreamFraming, check_payload
+from ._streams import StreamFraming
 
 
 @attrs.frozen(kw_only=True, slots=True)
@@ -94,6 +95,9 @@ class AtomsEndpoint:
             coordinator=coordinator,
             suspect_after=suspect_after,
         )
+        self.adapter = AtomsAdapter(self._process, limits=limits)
+        """The process at the message level: the payload limit, flushed
+        (:mod:`._engines`); ``adapter.engine`` is the process."""
         mine = sorted(self._process.groups)
         if default_group is None and len(mine) == 1:
             default_group = mine[0]
@@ -148,8 +152,7 @@ class AtomsEndpoint:
 
     def publish(self, group: int, payload: bytes, now: float) -> EventId:
         """Send ``payload`` to the members of ``group``, in the pairwise order."""
-        check_payload(self.limits, payload)
-        return self._process.publish(group, payload)
+        return self.adapter.publish(group, payload)
 
     def reconfigure(
         self,
@@ -212,7 +215,7 @@ class AtomsEndpoint:
         return self._process.next_delivery()
 
     def flushed(self) -> bool:
-        return self._process.outstanding() == 0
+        return self.adapter.flushed()
 
     def statistics(self) -> AtomsEndpointStatistics:
         s = self._process.statistics()

@@ -41,14 +41,14 @@ import attrs
 
 from .._errors import LocalProtocolError, RemoteProtocolError
 from .._event import Delivery, EventId, ProcessId
-from .._incarnation import COUNT_MASK, incarnation_of, next_incarnation
+from .._incarnation import next_incarnation
 from .._signing import EventSigner, SignatureVerifier
 from ..epidemic._cyclon import CyclonConfig
 from ..epidemic._node import Node
 from ..epidemic._peer_messages import PeerDescriptor
 from ._config import Address, NodeConfig
+from ._engines import EptoAdapter
 from ._protocol import Transmit
-from ._streams import check_payload
 
 
 @attrs.frozen(kw_only=True, slots=True)
@@ -133,13 +133,12 @@ class EptoEndpoint:
                 incarnation=self.incarnation,
             )
         self._held_event = self._node.process.held_event
+        self.adapter = EptoAdapter(self._node, limits=config.limits, incarnation=self.incarnation)
+        """The node at the message level: the payload limit, holes, flushed,
+        a later incarnation (:mod:`._engines`); ``adapter.engine`` is the node."""
         self._rejected: dict[str, int] = {}
         self._encode_failures = 0
         self._unaddressed = 0
-        self._holes = 0
-        self._last_seq: dict[ProcessId, int] = {}
-        self._last_broadcast_round = -1
-        self._superseded_by: int | None = None
 
     @property
     def pid(self) -> ProcessId:
@@ -149,17 +148,18 @@ class EptoEndpoint:
     def superseded_by(self) -> int | None:
         """The later incarnation of this member whose event reached this node
         (it has stopped), or None."""
-        return self._superseded_by
+        return self.adapter.superseded_by
 
     @property
     def stopped(self) -> str | None:
         # An EpTO node is never put out of the group; it stops only for a
         # later start of itself.
-        if self._superseded_by is None:
+        superseded_by = self.adapter.superseded_by
+        if superseded_by is None:
             return None
         return (
             f"member {self.config.pid} runs again elsewhere as incarnation "
-            f"{self._superseded_by} (this process is incarnation {self.incarnation})"
+            f"{superseded_by} (this process is incarnation {self.incarnation})"
         )
 
     # -- membership (full view) ---------------------------------------------
@@ -185,10 +185,7 @@ class EptoEndpoint:
     # -- inputs -------------------------------------------------------------
 
     def broadcast(self, payload: bytes, now: float) -> EventId:
-        check_payload(self.config.limits, payload)
-        eid = self._node.broadcast(payload, now)  # raises to the caller, changes nothing
-        self._last_broadcast_round = self._node.process.rounds
-        return eid
+        return self.adapter.broadcast(payload, now)
 
     def advance_clock(self, ts: int) -> None:
         """:meth:`epto.epidemic.Process.advance_clock` (a restored snapshot's cut)."""
@@ -271,28 +268,10 @@ class EptoEndpoint:
         return []
 
     def next_delivery(self) -> Delivery | None:
-        delivery = self._node.next_delivery()
-        if delivery is not None:
-            event = delivery.event
-            seq = event.seq
-            previous = self._last_seq.get(event.source)
-            if previous is None or seq > previous:
-                if previous is not None and incarnation_of(seq) == incarnation_of(previous):
-                    self._holes += seq - previous - 1
-                elif previous is not None:
-                    # A later start of the source: the events of that start
-                    # before this one were skipped (the end of the earlier
-                    # start cannot be known).
-                    self._holes += seq & COUNT_MASK
-                self._last_seq[event.source] = seq
-            if event.source == self.config.pid and incarnation_of(seq) > self.incarnation:
-                self._superseded_by = incarnation_of(seq)
-        return delivery
+        return self.adapter.next_delivery()
 
     def flushed(self) -> bool:
-        if self._last_broadcast_round < 0:
-            return True
-        return self._node.process.rounds > self._last_broadcast_round + self.protocol.ttl
+        return self.adapter.flushed()
 
     def statistics(self) -> EptoEndpointStatistics:
         node = self._node
@@ -315,7 +294,7 @@ class EptoEndpoint:
             broadcasts=s.broadcasts,
             delivered=s.delivered,
             delivered_out_of_order=s.delivered_out_of_order,
-            holes_detected=self._holes,
+            holes_detected=self.adapter.holes,
             late_rejected=s.rejected_stale,
             balls_received=s.balls_received,
             balls_sent=s.balls_sent,

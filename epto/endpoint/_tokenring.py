@@ -48,8 +48,9 @@ from ..tokenring._durable import decode_durable, encode_durable
 from ..tokenring._messages import Catchup, DataBatch, Order
 from ._addresses import AddressBook, Directory, with_addresses
 from ._config import Address, parse_host_port
+from ._engines import TokenRingAdapter
 from ._protocol import Transmit
-from ._streams import StreamFraming, check_payload
+from ._streams import StreamFraming
 
 OPENER_MAX = 318
 """Largest opening frame of a stream: an address frame with one entry of at
@@ -136,7 +137,9 @@ class TokenRingEndpoint:
             self._process = TokenRingProcess(
                 pid, ring, rng=rng, now=now, members=sorted(set(members) | {pid}), **hooks
             )
-        self._own_pending: set[EventId] = set()
+        self.adapter = TokenRingAdapter(self._process, limits=limits)
+        """The process at the message level: the payload limit, flushed
+        (:mod:`._engines`); ``adapter.engine`` is the process."""
         self._view = -1
         self._view_members: frozenset[ProcessId] = frozenset()
         self._gone: list[ProcessId] = []
@@ -186,10 +189,7 @@ class TokenRingEndpoint:
     # -- inputs -------------------------------------------------------------
 
     def broadcast(self, payload: bytes, now: float) -> EventId:
-        check_payload(self.limits, payload)
-        eid = self._process.broadcast(payload, now)
-        self._own_pending.add(eid)
-        return eid
+        return self.adapter.broadcast(payload, now)
 
     def receive(self, data: bytes, now: float, *, peer_host: str | None = None) -> bool:
         process = self._process
@@ -295,13 +295,10 @@ class TokenRingEndpoint:
         return gone
 
     def next_delivery(self) -> Delivery | None:
-        delivery = self._process.next_delivery()
-        if delivery is not None and delivery.event.source == self._pid:
-            self._own_pending.discard(delivery.event.id)
-        return delivery
+        return self.adapter.next_delivery()
 
     def flushed(self) -> bool:
-        return not self._own_pending
+        return self.adapter.flushed()
 
     def holds_token(self) -> bool:
         return self._process.holds_token()

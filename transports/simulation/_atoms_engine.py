@@ -24,10 +24,12 @@ from typing import Any, ClassVar, Literal
 from epto import Config, CyclonConfig, Delivery, EventId, LocalProtocolError, ProcessId
 from epto.atoms import AtomsConfig, AtomsProcess, SequencingGraph, zipf_memberships
 from epto.check import CheckReport, OrderViolation, PairwiseReport, check_pairwise
+from epto.endpoint import AtomsAdapter
 from epto.epidemic import Membership, PeerSampler
 
 from ._latency import LatencyModel
 from ._members import (
+    Adapter,
     Engine,
     Flush,
     Member,
@@ -111,16 +113,16 @@ class AtomsEngine(Engine):
         config: Config | None,
         members: Sequence[ProcessId] | None,
         contacts: Collection[ProcessId] | None,
-    ) -> Member:
+    ) -> Adapter:
         if phase is not None or interval is not None or config is not None:
             raise LocalProtocolError("phase, interval and config are EpTO options")
         if members is not None or contacts is not None:
             raise LocalProtocolError("members and contacts are token-ring options")
         proc = AtomsProcess(pid, self.config.graph, max_pending=self.config.max_pending)
         self.sim.membership.add(pid)
-        return proc
+        return AtomsAdapter(proc, limits=self.sim.limits)
 
-    def start(self, pid: ProcessId, proc: Member) -> None:
+    def start(self, pid: ProcessId, proc: Adapter) -> None:
         # No timer to arm: the flush is the drain (flusher).
         self.port.drain(pid, proc, self.sim.now)
 

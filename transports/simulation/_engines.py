@@ -32,6 +32,7 @@ import attrs
 from epto import Config, CyclonConfig, Delivery, EventId, LocalProtocolError, ProcessId
 from epto.atoms import AtomsConfig
 from epto.check import CheckReport, check
+from epto.endpoint import EptoAdapter, TokenRingAdapter
 from epto.epidemic import FullView, Membership, Node, PeerDescriptor, PeerSampler, Process
 from epto.tokenring import Role, TokenRingConfig, TokenRingProcess
 from epto.wire import Ball
@@ -40,6 +41,7 @@ from ._atoms_engine import AtomsEngine
 from ._calendar import TIMER
 from ._latency import LatencyModel
 from ._members import (
+    Adapter,
     Engine,
     Flush,
     Member,
@@ -98,7 +100,7 @@ class EptoEngine(Engine):
         config: Config | None,
         members: Sequence[ProcessId] | None,
         contacts: Collection[ProcessId] | None,
-    ) -> Member:
+    ) -> Adapter:
         if members is not None or contacts is not None:
             raise LocalProtocolError("members and contacts are token-ring options")
         sim = self.sim
@@ -129,7 +131,7 @@ class EptoEngine(Engine):
                 seeds=[PeerDescriptor(pid=c, address=b"") for c in seeds],
             )
             sim.membership.add(pid)
-            return node
+            return EptoAdapter(node, limits=sim.limits, count_holes=sim.count_holes)
         sim.membership.add(pid)
         sampler = self.port.sampler
         peers = (
@@ -141,9 +143,10 @@ class EptoEngine(Engine):
         # The run loop's order is fixed, so the draws are too.
         if self._peer_rng is None:
             self._peer_rng = random.Random(f"epto-sim/{sim.seed}/peers")
-        return Process(pid, base, peers=peers, rng=self._peer_rng, now=now + phase - interval)
+        process = Process(pid, base, peers=peers, rng=self._peer_rng, now=now + phase - interval)
+        return EptoAdapter(process, limits=sim.limits, count_holes=sim.count_holes)
 
-    def start(self, pid: ProcessId, proc: Member) -> None:
+    def start(self, pid: ProcessId, proc: Adapter) -> None:
         # A Cyclon node may ask for its first shuffle before now (its phase).
         self.port.push(max(proc.get_timer(), self.sim.now), (TIMER, pid, None, None))
 
@@ -322,7 +325,7 @@ class TokenRingEngine(Engine):
         config: Config | None,
         members: Sequence[ProcessId] | None,
         contacts: Collection[ProcessId] | None,
-    ) -> Member:
+    ) -> Adapter:
         if phase is not None or interval is not None or config is not None:
             raise LocalProtocolError("phase, interval and config are EpTO options")
         sim = self.sim
@@ -339,9 +342,9 @@ class TokenRingEngine(Engine):
         else:
             proc = TokenRingProcess(pid, cfg, rng=rng, now=sim.now, contacts=sorted(contacts or ()))
         sim.membership.add(pid)
-        return proc
+        return TokenRingAdapter(proc, limits=sim.limits)
 
-    def start(self, pid: ProcessId, proc: Member) -> None:
+    def start(self, pid: ProcessId, proc: Adapter) -> None:
         self._flush(pid, proc, self.sim.now)
 
     def stop(self, pid: ProcessId, proc: Member) -> None:
@@ -369,10 +372,10 @@ class TokenRingEngine(Engine):
         set_timer = self.port.set_timer
         inf = math.inf
 
-        def flush(pid: ProcessId, proc: Member, now: float) -> None:
+        def flush(pid: ProcessId, proc: Adapter, now: float) -> None:
             drain(pid, proc, now)
             due = proc.get_timer()
-            if due == inf and _ring(proc).excluded:
+            if due == inf and _ring(proc.engine).excluded:
                 # Once per excluded process: not worth a binding of its own.
                 sim.membership.discard(pid)
             set_timer(pid, due)

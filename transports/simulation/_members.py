@@ -31,11 +31,13 @@ from epto import (
     CyclonConfig,
     Delivery,
     EventId,
+    Limits,
     LocalProtocolError,
     ProcessId,
 )
 from epto.atoms import AtomsConfig, AtomsProcess
 from epto.check import CheckReport
+from epto.endpoint import AtomsAdapter, EptoAdapter, TokenRingAdapter
 from epto.epidemic import Membership, Node, PeerSampler, Process
 from epto.tokenring import TokenRingConfig, TokenRingProcess
 
@@ -47,11 +49,16 @@ Member = Process | Node | TokenRingProcess | AtomsProcess
 """A simulated process: :class:`epto.epidemic.Process`, :class:`epto.epidemic.Node` with
 Cyclon, :class:`epto.tokenring.TokenRingProcess`, or
 :class:`epto.atoms.AtomsProcess`."""
+Adapter = EptoAdapter | TokenRingAdapter | AtomsAdapter
+"""What the run loop drives: the process behind the same message-level
+adapter a real node's endpoint runs (:mod:`epto.endpoint`), which makes the
+endpoint's decisions (payload limit, holes, flushed); ``adapter.engine`` is
+the :data:`Member`."""
 EngineConfig = Config | TokenRingConfig | AtomsConfig
 """The configuration of simulated processes; its type picks the engine."""
 Send = Callable[[ProcessId, Sequence[tuple[ProcessId, Any]], float], None]
 """Hands a process's outputs ``(destination, message)`` to the network."""
-Flush = Callable[[ProcessId, Member, float], None]
+Flush = Callable[[ProcessId, Adapter, float], None]
 """Drains a process's outputs (messages and deliveries) after an input."""
 
 
@@ -183,12 +190,12 @@ class Engine(ABC):
         config: Config | None,
         members: Sequence[ProcessId] | None,
         contacts: Collection[ProcessId] | None,
-    ) -> Member:
-        """A new process ``pid`` (see :meth:`Members.add_process`), added to
-        the membership; raises on options of the other engine."""
+    ) -> Adapter:
+        """A new process ``pid`` (see :meth:`Members.add_process`) behind its
+        adapter, added to the membership; raises on options of the other engine."""
 
     @abstractmethod
-    def start(self, pid: ProcessId, proc: Member) -> None:
+    def start(self, pid: ProcessId, proc: Adapter) -> None:
         """``proc`` has joined (observers told): arm its timer, send what it has."""
 
     @abstractmethod
@@ -288,6 +295,8 @@ class Members(VirtualNetwork):
         round_interval: float | None = None,
         break_duration: float | Literal["round-trip"] | None = None,
         max_items_per_instant: int | None = None,
+        limits: Limits | None = None,
+        count_holes: bool = True,
     ) -> None:
         if not (isinstance(drift, int | float) and 0 <= drift < 1):
             raise ConfigurationError(f"drift must be in [0, 1), got {drift!r}")
@@ -302,6 +311,12 @@ class Members(VirtualNetwork):
             max_items_per_instant=max_items_per_instant,
         )
         self.config = config
+        self.limits = limits if limits is not None else Limits()
+        """The bounds a real node applies (``max_payload_size``): a broadcast
+        above them is refused here as there."""
+        self.count_holes = count_holes
+        """EpTO: every process counts the holes in its deliveries
+        (:attr:`epto.endpoint.EptoAdapter.holes`; per-source state)."""
         # Built once from bound methods: the engine binds what the run loop
         # calls per message (sender, flusher) straight from it.
         port = SimulationPort(
@@ -337,6 +352,8 @@ class Members(VirtualNetwork):
         self.pss_seeds = pss_seeds
         self.schedule_rng = random.Random(f"epto-sim/{seed}/schedule")
         """The schedule's random stream (phases, drift, churn, workloads)."""
+        self.endpoints: dict[ProcessId, Adapter] = {}
+        """Live processes behind their adapters (what the run loop drives)."""
         self.processes: dict[ProcessId, Member] = {}
         """Live processes: :class:`epto.epidemic.Process`, :class:`epto.epidemic.Node` with
         Cyclon, or :class:`epto.tokenring.TokenRingProcess`."""
@@ -394,7 +411,8 @@ class Members(VirtualNetwork):
             pid, phase=phase, interval=interval, config=config, members=members, contacts=contacts
         )
         self._next_pid = max(self._next_pid, pid + 1)
-        self.processes[pid] = proc
+        self.endpoints[pid] = proc
+        self.processes[pid] = proc.engine
         self.joined_at[pid] = self.now
         for obs in self.observers:
             obs.on_join(pid, self.now)
@@ -412,6 +430,7 @@ class Members(VirtualNetwork):
     def remove_process(self, pid: ProcessId) -> None:
         """Crash ``pid`` now: no goodbye; messages in flight to it are dropped."""
         proc = self.processes.pop(pid)
+        del self.endpoints[pid]
         self.membership.discard(pid)
         self.left_at[pid] = self.now
         self._armed.pop(pid, None)
@@ -474,8 +493,9 @@ class Members(VirtualNetwork):
         return self.engine.can_broadcast(proc)
 
     def broadcast(self, pid: ProcessId, payload: bytes) -> EventId:
-        """``pid`` broadcasts ``payload`` now."""
-        proc = self.processes[pid]
+        """``pid`` broadcasts ``payload`` now (refused, as by a real node,
+        above ``limits.max_payload_size``)."""
+        proc = self.endpoints[pid]
         now = self.now
         eid = proc.broadcast(payload, now)
         self.broadcasts[eid] = (pid, now)
@@ -516,7 +536,7 @@ class Members(VirtualNetwork):
 
     # -- running ------------------------------------------------------------
 
-    def _drain(self, pid: ProcessId, proc: Member, now: float) -> None:
+    def _drain(self, pid: ProcessId, proc: Adapter, now: float) -> None:
         """Hand ``proc``'s messages to the network and its deliveries to the observers."""
         out = proc.messages_to_send()
         if out:

@@ -51,7 +51,7 @@ from epto.wire import Ball
 
 from ._calendar import ARRIVE, ARRIVE_MANY, LINK, PEER, TIMER, VERSIONED_TIMER
 from ._engines import engine_for
-from ._members import Engine, EngineConfig, Member, Members, SimulationPort
+from ._members import Adapter, Engine, EngineConfig, Members, SimulationPort
 
 __all__ = ["Simulation"]
 
@@ -100,7 +100,7 @@ class Simulation(Members):
         """Run every item due at or before ``end``; ``now`` becomes ``end``."""
         times = self._times
         buckets = self._buckets
-        procs = self.processes
+        procs = self.endpoints
         jitter = self.jitter
         rng = self.schedule_rng
         every_input = self.drain_every_input
@@ -159,7 +159,7 @@ class Simulation(Members):
                             flush(a, proc, t)
                             due = proc.get_timer()
                             if jitter:
-                                due += jitter * proc.config.round_interval * rng.random()  # type: ignore[union-attr]
+                                due += jitter * proc.process.config.round_interval * rng.random()  # type: ignore[union-attr]
                             push(due, (TIMER, a, None, None))
                         elif kind == ARRIVE_MANY:
                             self._in_flight -= len(a)
@@ -204,7 +204,7 @@ class Simulation(Members):
 
     def _arrive(
         self,
-        procs: Mapping[ProcessId, Member],
+        procs: Mapping[ProcessId, Adapter],
         dest: ProcessId,
         src: ProcessId,
         ball: Ball,
@@ -219,7 +219,7 @@ class Simulation(Members):
             self._cut += 1
             return
         self._arrived += 1
-        proc.receive(src, ball, now)  # type: ignore[arg-type]
+        proc.receive(src, ball, now)
         if every_input:
             self._flush(dest, proc, now)
 
