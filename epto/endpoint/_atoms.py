@@ -26,16 +26,15 @@ from collections.abc import Collection, Iterable, Mapping
 
 import attrs
 
-from .._codec import FrameCodec
 from .._errors import LocalProtocolError
 from .._event import Delivery, EventId, ProcessId
 from .._limits import Limits
-from .._seal import GroupKey, GroupSealer
+from .._seal import GroupKey
 from ..atoms._graph import SequencingGraph
 from ..atoms._messages import atoms_registry
 from ..atoms._process import AtomsProcess, AtomsStatistics
 from ._addresses import Directory, with_addresses
-from ._config import Address, parse_host_port
+from ._config import Address, endpoint_codec, parse_host_port
 from ._engines import AtomsAdapter
 from ._protocol import Transmit
 from ._streams import StreamFraming
@@ -104,15 +103,14 @@ class AtomsEndpoint:
         if default_group is not None and default_group not in mine:
             raise LocalProtocolError(f"node {pid} is not a member of group {default_group}")
         self.default_group = default_group
-        sealer = None
-        if group_key is not None:
-            sealer = GroupSealer(group_key, counter_start=int(wall * 1e6), rng=rng)
-        codec = FrameCodec(
+        codec = endpoint_codec(
+            pid=pid,
             group=frame_group,
             limits=limits,
+            group_key=group_key,
+            wall=wall,
+            rng=rng,
             registry=with_addresses(atoms_registry()),
-            sealer=sealer,
-            me=pid,
         )
         self._directory = Directory(pid, dict(addresses))
         self._directory.advertised = addresses.get(pid, "")

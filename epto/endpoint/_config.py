@@ -16,6 +16,7 @@ from .._codec import FrameCodec
 from .._defaults import DEFAULT_CLOCK, DEFAULT_ROUND_INTERVAL
 from .._errors import ConfigurationError, LocalProtocolError
 from .._event import ProcessId
+from .._frames import FrameRegistry
 from .._incarnation import check_incarnation
 from .._limits import Limits
 from .._seal import GroupKey, GroupSealer
@@ -233,16 +234,49 @@ class NodeConfig:
         (``me``), so sealed frames bound to another receiver are refused
         (``bad-tag``); a ``ball_filter`` verifier checks every decoded ball.
         """
-        sealer = None
-        if self.group_key is not None:
-            sealer = GroupSealer(self.group_key, counter_start=int(now * 1e6), rng=rng)
-        return FrameCodec(
+        return endpoint_codec(
+            pid=self.pid,
             group=self.group,
             limits=self.limits,
-            sealer=sealer,
-            me=self.pid,
-            ball_filter=ball_filter.filter_ball if ball_filter is not None else None,
+            group_key=self.group_key,
+            wall=now,
+            rng=rng,
+            ball_filter=ball_filter,
         )
+
+
+def endpoint_codec(
+    *,
+    pid: ProcessId,
+    group: int,
+    limits: Limits,
+    group_key: GroupKey | None,
+    wall: float,
+    rng: random.Random,
+    registry: FrameRegistry | None = None,
+    ball_filter: SignatureVerifier | None = None,
+) -> FrameCodec:
+    """The frame codec of one endpoint, whichever engine: the one place a
+    codec and its sealer are built.
+
+    A ``group_key`` seals every frame (AEAD) with a nonce counter started at
+    ``wall`` (wall-clock seconds: above anything an earlier run of this
+    process used) and a prefix drawn from ``rng``. The codec knows this
+    endpoint's id (``me``), so sealed frames bound to another receiver are
+    refused (``bad-tag``). ``registry`` is the engine's frame kinds (default:
+    EpTO's); a ``ball_filter`` verifier checks every decoded ball.
+    """
+    sealer = None
+    if group_key is not None:
+        sealer = GroupSealer(group_key, counter_start=int(wall * 1e6), rng=rng)
+    return FrameCodec(
+        group=group,
+        limits=limits,
+        registry=registry,
+        sealer=sealer,
+        me=pid,
+        ball_filter=ball_filter.filter_ball if ball_filter is not None else None,
+    )
 
 
 def parse_host_port(address: Address) -> tuple[str, int]:

@@ -41,13 +41,13 @@ from .._codec import FrameCodec
 from .._errors import LocalProtocolError
 from .._event import Delivery, EventId, ProcessId
 from .._limits import Limits
-from .._seal import GroupKey, GroupSealer
+from .._seal import GroupKey
 from .._signing import EventSigner, SignatureVerifier
 from ..tokenring import TokenRingConfig, TokenRingProcess, TokenRingStatistics, token_ring_registry
 from ..tokenring._durable import decode_durable, encode_durable
 from ..tokenring._messages import Catchup, DataBatch, Order
 from ._addresses import AddressBook, Directory, with_addresses
-from ._config import Address, parse_host_port
+from ._config import Address, endpoint_codec, parse_host_port
 from ._engines import TokenRingAdapter
 from ._protocol import Transmit
 from ._streams import StreamFraming
@@ -106,15 +106,14 @@ class TokenRingEndpoint:
     ) -> None:
         self._pid = pid
         self.limits = limits
-        sealer = None
-        if group_key is not None:
-            sealer = GroupSealer(group_key, counter_start=int(wall * 1e6), rng=rng)
-        codec = FrameCodec(
+        codec = endpoint_codec(
+            pid=pid,
             group=group,
             limits=limits,
+            group_key=group_key,
+            wall=wall,
+            rng=rng,
             registry=with_addresses(token_ring_registry()),
-            sealer=sealer,
-            me=pid,
         )
         members = dict(members or {})
         contacts = dict(contacts or {})
