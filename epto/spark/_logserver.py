@@ -41,6 +41,7 @@ import attrs
 import trio
 
 from ..log import list_nodes, node_directory
+from ..log._segment import BODY
 from ._client import parse_address
 from ._columnar import extent, scan_frames
 from ._events import scan_keys
@@ -306,7 +307,10 @@ class LogServer:
 
     async def _records(self, conn: _Conn, node_dir: str, lo: int, hi: int) -> None:
         it = scan_frames(node_dir, lo, hi, skip_missing=True)
-        budget = self.max_frame - 16
+        # A frame holds 4 bytes of position per record beside the record's
+        # bytes (at least 8 + BODY.size): its records get that share of it.
+        least = 8 + BODY.size
+        budget = (self.max_frame - 16) * least // (least + 4)
         while True:
             bodies = await self._thread(_next_bodies, it, budget)
             if bodies is None:

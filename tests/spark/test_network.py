@@ -19,6 +19,7 @@ import pytest
 from epto import ConfigurationError
 from epto.check import check
 from epto.log import iter_raw, list_nodes, node_directory, read_log
+from epto.spark._columnar import decode
 from epto.spark._events import START, plan, read_runs
 from epto.spark._logproto import FRAME_LEN, HELLO, answer, group_token
 from epto.spark._network import LogClient, LogServerError, NetworkLogs
@@ -368,3 +369,24 @@ def test_a_busy_server_is_asked_again(tmp_path: Path) -> None:
             release.join()
             net.close()
         assert server.statistics.rejected["connections"] >= 1
+
+
+def test_a_segment_larger_than_a_frame_is_sent_in_several(tmp_path: Path) -> None:
+    """Frames stay within the server's bound, positions included; every
+    record arrives once, in order."""
+    from epto.log import DeliveryLogWriter
+
+    with DeliveryLogWriter(tmp_path, 0) as w:  # one segment of 3,000 records
+        for k in range(3000):
+            w.append_fields(source=1, seq=k, ts=0, payload=b"p" * (k % 40), delivered_at=1)
+    with serving([tmp_path], TOKEN, max_frame=1 << 16) as (server,):
+        client = LogClient(server.address, TOKEN)
+        parts = list(client.frames(0, 0, 3000))
+        client.close()
+    assert len(parts) > 3 and all(len(data) + 4 * len(pos) < 1 << 16 for data, pos in parts)
+    seqs = [
+        s
+        for data, positions in parts
+        for s in decode(data, positions, 0, ("seq",)).column(0).to_pylist()
+    ]
+    assert seqs == list(range(3000))
