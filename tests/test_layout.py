@@ -208,3 +208,46 @@ def test_the_driver_check_can_fail() -> None:
     assert _mentions_the_drivers("epto.tokenring", "from ..transports import x", package=True)
     prose = '"""Runs in :mod:`epto.transports.simulation`."""\nimport epto.tokenring\n'
     assert _mentions_the_drivers("epto.tokenring.simulation", prose) == []
+
+
+_SIMULATION = Path(__file__).resolve().parent.parent / "transports" / "simulation"
+_ENGINE_PACKAGES = ("epto.epidemic", "epto.tokenring", "epto.atoms", "epto.endpoint")
+_ENGINE_CLASSES = {"Process", "Node", "TokenRingProcess", "AtomsProcess"}
+_ENGINE_BUILDERS = {"_engines", "_atoms_engine"}
+"""The simulator's per-engine modules: the only ones that make an engine,
+each time behind the endpoints' adapter (``epto.endpoint._engines``)."""
+
+
+def _seam_breaches(name: str, tree: ast.Module) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            module = node.module
+            if module.startswith(_ENGINE_PACKAGES) and "._" in module:
+                found.append(f"{name}:{node.lineno} imports the private {module}")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _ENGINE_CLASSES
+            and name not in _ENGINE_BUILDERS
+        ):
+            found.append(f"{name}:{node.lineno} makes a {node.func.id} outside the engine modules")
+    return found
+
+
+def test_the_simulator_keeps_the_endpoint_seam() -> None:
+    # The simulator drives the endpoints' engine adapters: it reads no
+    # engine's or endpoint's private module, and only its per-engine modules
+    # make engines (which they hand to an adapter; the adapters' types are
+    # checked in tests/test_simulation_endpoint_seam.py).
+    breaches = []
+    for path in sorted(_SIMULATION.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        breaches += _seam_breaches(path.stem, tree)
+    assert breaches == []
+
+
+def test_the_seam_check_can_fail() -> None:
+    tree = ast.parse("from epto.tokenring._process import TokenRingProcess\nTokenRingProcess(1)\n")
+    assert len(_seam_breaches("_simulation", tree)) == 2
+    assert len(_seam_breaches("_engines", tree)) == 1

@@ -16,13 +16,20 @@ The modules, bottom up (no import circle: ``tests/test_simulation_layout.py``):
   interface, the ``SimulationPort`` through which an engine drives the
   simulation it is bound to (no engine reads the simulation's private
   attributes), and the members (joins, crashes, churn, broadcasts, outputs);
-* ``_engines.py``: the engine adapters, ``EptoEngine`` and
-  ``TokenRingEngine``: every difference between the two;
-* ``_atoms_engine.py``: ``AtomsEngine``, the sequencing-atoms adapter;
+* ``_engines.py``: ``EptoEngine`` and ``TokenRingEngine``: what is
+  simulation-specific per engine (making a process, link model, settling,
+  verdicts, figures);
+* ``_atoms_engine.py``: ``AtomsEngine``, the same for sequencing atoms;
 * ``_simulation.py``: :class:`Simulation`, the run loop;
 * ``_cluster.py``: :class:`Cluster` and :class:`DeliveryRecorder`;
 * ``_ring_cluster.py``: :class:`TokenRingCluster`, the token-ring tests' harness;
 * ``_experiment.py``: :func:`run_simulation` and :class:`SimulationResult`.
+
+Every simulated process runs behind the same message-level adapter a real
+node's endpoint holds (``epto.endpoint.EptoAdapter``, ``TokenRingAdapter``,
+``AtomsAdapter``; ``Simulation.endpoints``, the engines themselves in
+``Simulation.processes``): the payload limit (``Simulation(limits=)``),
+holes (``count_holes``) and ``flushed`` are the endpoints' own code.
 
 Outside ``_engines.py`` nothing switches on the engine, except:
 
@@ -32,7 +39,7 @@ Outside ``_engines.py`` nothing switches on the engine, except:
   spec before running it;
 * :class:`TokenRingCluster` is a token-ring harness (its type narrowing);
 * the run loop's round timer (``TIMER``) reads the jitter's round length
-  from ``proc.config``: only engines that use that kind (EpTO) get there.
+  from ``proc.process.config``: only engines that use that kind (EpTO) get there.
 """
 
 from ._calendar import SimulationStalled as SimulationStalled

@@ -6,7 +6,10 @@ What differs between ordering engines (EpTO, the token ring) is behind
 :class:`Engine`, whose implementations are in ``_engines.py``: how a process
 is created and started, which link model carries its messages, how its timer
 is armed, when its outputs are drained, what "settled" means, and what a
-finished experiment owes and reports. :class:`Members` only calls them. An
+finished experiment owes and reports. :class:`Members` only calls them, and
+drives every process through the endpoints' engine adapter
+(:data:`Adapter`): the message-level decisions of a real node (payload
+limit, holes, flushed) are made by the same code here. An
 engine reads the simulation's public state and drives the rest through the
 :class:`SimulationPort` it is handed when bound.
 
