@@ -31,7 +31,7 @@ costs no extra call.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from .._event import Delivery, EventId, ProcessId
 from .._incarnation import COUNT_MASK, incarnation_of
@@ -43,7 +43,38 @@ from ..tokenring import TokenRingProcess
 from ._streams import check_payload
 
 
-class EptoAdapter:
+class _Engine(Protocol):
+    """What every engine has at the message level."""
+
+    def receive(self, sender: ProcessId, message: Any, now: float) -> None: ...
+
+    def handle_timer(self, now: float) -> None: ...
+
+    def get_timer(self) -> float: ...
+
+    def messages_to_send(self) -> list[tuple[ProcessId, Any]]: ...
+
+
+E = TypeVar("E", bound=_Engine)
+
+
+class _Adapter(Generic[E]):
+    """What every adapter binds: the engine (the typed handle), its limits,
+    and the engine's own message path (no extra call per message)."""
+
+    __slots__ = ("engine", "get_timer", "handle_timer", "limits", "messages_to_send", "receive")
+
+    def __init__(self, engine: E, limits: Limits) -> None:
+        self.engine = engine
+        """The typed handle: the engine inside, for what only it has."""
+        self.limits = limits
+        self.receive: Callable[[ProcessId, Any, float], None] = engine.receive
+        self.handle_timer: Callable[[float], None] = engine.handle_timer
+        self.get_timer: Callable[[], float] = engine.get_timer
+        self.messages_to_send: Callable[[], list[tuple[ProcessId, Any]]] = engine.messages_to_send
+
+
+class EptoAdapter(_Adapter[Node | Process]):
     """EpTO (a :class:`~epto.epidemic.Process`, or a
     :class:`~epto.epidemic.Node` with its peer sampler) at the message level.
 
@@ -57,15 +88,9 @@ class EptoAdapter:
         "_last_broadcast_round",
         "_last_seq",
         "_superseded_by",
-        "engine",
-        "get_timer",
-        "handle_timer",
         "incarnation",
-        "limits",
-        "messages_to_send",
         "pid",
         "process",
-        "receive",
     )
 
     def __init__(
