@@ -600,6 +600,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label", default="", help="a name for the tree run (e.g. before)")
     parser.add_argument("--show", action="store_true", help="print every schedule's record")
     parser.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="wall seconds after which no new schedule starts (the rest is counted as not run)",
+    )
+    parser.add_argument(
         "--combine",
         nargs="+",
         metavar="JSON",
@@ -634,14 +640,21 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
 
+    def over_budget() -> bool:
+        return args.budget is not None and time.perf_counter() - wall > args.budget
+
     if args.jobs <= 1 or not todo:
         for task in todo:
+            if over_budget():
+                break
             done(run_one(task))
     else:
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
             pending: set[Future[Record]] = set()
             queue = iter(todo)
             for task in queue:
+                if over_budget():
+                    break
                 pending.add(pool.submit(run_one, task))
                 if len(pending) >= 4 * args.jobs:
                     finished, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -649,6 +662,8 @@ def main(argv: list[str] | None = None) -> int:
                         done(future.result())
             for future in pending:
                 done(future.result())
+    if len(records) < len(todo):
+        print(f"budget spent: {len(records)} of {len(todo)} schedules run", flush=True)
     records.sort(key=lambda r: (r["engine"], r["seed"]))
     rows = summarize(records)
     print(table(rows))
@@ -664,6 +679,7 @@ def main(argv: list[str] | None = None) -> int:
                     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                     "load": os.getloadavg(),
                     "jobs": args.jobs,
+                    "planned": {"token-ring": args.token_ring, "epto": args.epto},
                     "wall": round(time.perf_counter() - wall, 1),
                     "summary": rows,
                     "records": records,
