@@ -35,7 +35,7 @@ holds it. The rules:
 The logs are a directory (:class:`FileLogs`) or members serving theirs
 (:class:`epto.spark._network.NetworkLogs`); both answer the same key scans.
 
-Size: at the line: the planner, its rules and the run reader share the key
+Size: just past the line: the planner, its rules and the run reader share the key
 model; the log access behind :class:`Logs` is a few lines each.
 """
 
@@ -378,11 +378,11 @@ def pack_runs(runs: Sequence[Run], max_records: int, min_partitions: int | None)
     current: list[Run] = []
     used = 0
     for run in runs:
-        node_dir, node, lo, hi, _, n, first = run
+        node_dir, node, lo, hi, base, n, first = run
         skip = 0
         while skip < n:
             take = min(n - skip, size - used)
-            current.append((node_dir, node, lo, hi, skip, take, first + skip))
+            current.append((node_dir, node, lo, hi, base + skip, take, first + skip))
             used += take
             skip += take
             if used >= size:
@@ -391,6 +391,17 @@ def pack_runs(runs: Sequence[Run], max_records: int, min_partitions: int | None)
     if current:
         parts.append(current)
     return parts
+
+
+def trim_runs(runs: Sequence[Run], start: int | None, end: int | None) -> list[Run]:
+    """The part of ``runs`` with offsets ``start <= offset < end`` (None: unbounded)."""
+    out = []
+    for node_dir, node, lo, hi, skip, count, first in runs:
+        begin = first if start is None else max(first, start)
+        stop = first + count if end is None else min(first + count, end)
+        if stop > begin:
+            out.append((node_dir, node, lo, hi, skip + begin - first, stop - begin, begin))
+    return out
 
 
 def read_runs(

@@ -105,6 +105,10 @@ class SourceOptions:
     max_records_per_partition: int
     per_node: bool = False
     """``rows=per-node``: every node's log, a row per delivery (offsets per node)."""
+    events_start: int | None = None
+    events_end: int | None = None
+    """``rows=events``: ``{"offset": N}`` given as startingOffsets / endingOffsets
+    (the event's offset in the group's order; the end is exclusive)."""
     servers: tuple[str, ...] = ()
     """``epto.servers``: members serving their logs (then ``path`` is empty)."""
     token: bytes = attrs.field(default=b"", repr=False)
@@ -249,6 +253,15 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         raise ConfigurationError(
             "the epto source needs a path (.load(LOGDIR)) or epto.servers (host:port,...)"
         )
+    events_start = events_end = None
+    if opts.get("rows", "events").strip().lower() == "events":
+        events_start = _event_offset(opts, "startingOffsets")
+        events_end = _event_offset(opts, "endingOffsets")
+        if events_start is not None and events_end is not None and events_end < events_start:
+            raise ConfigurationError(
+                f'endingOffsets {{"offset": {events_end}}} is before startingOffsets '
+                f'{{"offset": {events_start}}} (as the Kafka source, a read cannot go backwards)'
+            )
     starting: Spec = _offsets(
         "startingOffsets",
         opts.get("startingoffsets", "latest" if streaming else "earliest"),
@@ -303,7 +316,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
             if isinstance(spec, dict):
                 raise ConfigurationError(
                     f"{name} as JSON names per-node delivery indices: set rows=per-node, or use "
-                    "earliest/latest over the group's order"
+                    'earliest/latest or {"offset": N} over the group\'s order'
                 )
     if servers and rows == "per-node":
         raise ConfigurationError(
@@ -326,7 +339,27 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         min_partitions=min_partitions,
         max_records_per_partition=per_partition,
         per_node=rows == "per-node",
+        events_start=events_start,
+        events_end=events_end,
     )
+
+
+def _event_offset(opts: dict[str, str], name: str) -> int | None:
+    """``{"offset": N}`` given as ``name`` (taken out of ``opts``), else None."""
+    text = opts.get(name.lower(), "")
+    if not text.strip().startswith("{"):
+        return None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return None  # said by the per-node parser
+    if not isinstance(data, dict) or set(data) != {"offset"}:
+        return None
+    value = data["offset"]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigurationError(f"{name}: the offset must be an integer >= 0, got {value!r}")
+    del opts[name.lower()]
+    return value
 
 
 _TOKEN_OPTIONS = ("epto.token", "epto.tokenFile", "epto.groupKeyFile")

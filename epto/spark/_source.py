@@ -35,7 +35,16 @@ from pyspark.sql.types import StructType
 from .._errors import ConfigurationError, EptoError
 from ..log import LogGapError, list_nodes, node_directory
 from ._columnar import COLUMN_TYPES, decode, extent, first_at_or_after, scan_frames
-from ._events import START, Cursor, EventsLossError, Plan, pack_runs, plan, read_runs
+from ._events import (
+    START,
+    Cursor,
+    EventsLossError,
+    Plan,
+    pack_runs,
+    plan,
+    read_runs,
+    trim_runs,
+)
 from ._network import NetworkLogs
 from ._options import (
     EARLIEST,
@@ -305,7 +314,9 @@ class EptoBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.options
         if not opts.per_node:
-            return events_partitions(opts, _plan_events(opts, START, final_only=False).runs)
+            runs = _plan_events(opts, START, final_only=False).runs
+            runs = trim_runs(runs, opts.events_start, opts.events_end)
+            return events_partitions(opts, runs)
         planner = _Planner(opts)
         bounds = planner.bounds()
         wanted = planner.resolve("startingOffsets", opts.starting, bounds, default=EARLIEST)
@@ -361,6 +372,8 @@ class EptoStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, Any]:
         if not self.options.per_node:
+            if self.options.events_start:
+                return self._cursor_at(self.options.events_start).to_json()
             if self.options.starting == "latest":
                 return self._events_plan(START).cursor.to_json()
             return START.to_json()
@@ -370,6 +383,17 @@ class EptoStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         self._cursor = start
         return to_json(start)
+
+    def _cursor_at(self, offset: int) -> Cursor:
+        """A stream's start at ``{"offset": N}``: after the final events below it."""
+        final = self._events_plan(START)
+        if final.cursor.next < offset:
+            raise ConfigurationError(
+                f'startingOffsets {{"offset": {offset}}} is past the group\'s final order '
+                f"({final.cursor.next} events)"
+            )
+        below = sum(max(0, min(run[5], offset - run[6])) for run in final.runs)
+        return self._events_plan(START, limit=below).cursor
 
     def _events_plan(self, start: Cursor, limit: int | None = None) -> Plan:
         return _plan_events(self.options, start, final_only=True, limit=limit)

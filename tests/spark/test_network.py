@@ -390,3 +390,33 @@ def test_a_segment_larger_than_a_frame_is_sent_in_several(tmp_path: Path) -> Non
         for s in decode(data, positions, 0, ("seq",)).column(0).to_pylist()
     ]
     assert seqs == list(range(3000))
+
+
+def test_json_offsets_over_the_group_order(spark: Any, tmp_path: Path) -> None:
+    """``{"offset": N}`` under rows=events: a batch read of offsets [10, 25),
+    from the files and over the network alike, and a stream that starts at 30."""
+    logs = tmp_path / "logs"
+    run_cluster(logs, n=3, events=40, seed=3, segment_bytes=1024)
+    whole = events(spark.read.format("epto").load(str(logs)))
+    span = {"startingOffsets": '{"offset": 10}', "endingOffsets": '{"offset": 25}'}
+    files = events(spark.read.format("epto").options(**span).load(str(logs)))
+    with serving([logs], TOKEN) as (server,):
+        over_network = events(network(spark, [server], maxRecordsPerPartition="4", **span))
+    assert files == over_network == whole[10:25]
+    seen: list[tuple[int, tuple[int, int], int]] = []
+    q = (
+        spark.readStream.format("epto")
+        .option("startingOffsets", '{"offset": 30}')
+        .load(str(logs))
+        .writeStream.foreachBatch(lambda df, _: seen.extend(events(df)))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert q.awaitTermination(300)
+    final = plan(str(logs), START, final_only=True).cursor.next
+    assert seen == whole[30:final] and final > 30
+    with pytest.raises(ConfigurationError, match="is before startingOffsets"):
+        parse_options(
+            {"path": str(logs), **span, "endingOffsets": '{"offset": 5}'}, streaming=False
+        )
