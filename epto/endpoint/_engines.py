@@ -101,16 +101,10 @@ class EptoAdapter(_Adapter[Node | Process]):
         incarnation: int = 0,
         count_holes: bool = True,
     ) -> None:
-        self.engine = engine
-        """The typed handle: the EpTO process or node inside."""
+        super().__init__(engine, limits)
         self.process: Process = engine.process if isinstance(engine, Node) else engine
         self.pid: ProcessId = self.process.pid
-        self.limits = limits
         self.incarnation = incarnation
-        self.receive: Callable[[ProcessId, Any, float], None] = engine.receive
-        self.handle_timer: Callable[[float], None] = engine.handle_timer
-        self.get_timer: Callable[[], float] = engine.get_timer
-        self.messages_to_send: Callable[[], list[tuple[ProcessId, Any]]] = engine.messages_to_send
         self._holes = 0
         self._last_seq: dict[ProcessId, int] | None = {} if count_holes else None
         self._last_broadcast_round = -1
@@ -173,31 +167,15 @@ class EptoAdapter(_Adapter[Node | Process]):
         return process.rounds > self._last_broadcast_round + process.config.ttl
 
 
-class TokenRingAdapter:
+class TokenRingAdapter(_Adapter[TokenRingProcess]):
     """The token ring (:class:`~epto.tokenring.TokenRingProcess`) at the message level."""
 
-    __slots__ = (
-        "_own_pending",
-        "engine",
-        "get_timer",
-        "handle_timer",
-        "limits",
-        "messages_to_send",
-        "pid",
-        "process",
-        "receive",
-    )
+    __slots__ = ("_own_pending", "pid", "process")
 
     def __init__(self, engine: TokenRingProcess, *, limits: Limits) -> None:
-        self.engine = engine
-        """The typed handle: the token-ring process inside."""
+        super().__init__(engine, limits)
         self.process = engine
         self.pid: ProcessId = engine.pid
-        self.limits = limits
-        self.receive: Callable[[ProcessId, Any, float], None] = engine.receive
-        self.handle_timer: Callable[[float], None] = engine.handle_timer
-        self.get_timer: Callable[[], float] = engine.get_timer
-        self.messages_to_send: Callable[[], list[tuple[ProcessId, Any]]] = engine.messages_to_send
         self._own_pending: set[EventId] = set()
 
     def broadcast(self, payload: bytes, now: float) -> EventId:
@@ -226,32 +204,15 @@ class TokenRingAdapter:
         return not self._own_pending
 
 
-class AtomsAdapter:
+class AtomsAdapter(_Adapter[AtomsProcess]):
     """Sequencing atoms (:class:`~epto.atoms.AtomsProcess`) at the message level."""
 
-    __slots__ = (
-        "deliveries",
-        "engine",
-        "get_timer",
-        "handle_timer",
-        "limits",
-        "messages_to_send",
-        "next_delivery",
-        "pid",
-        "process",
-        "receive",
-    )
+    __slots__ = ("deliveries", "next_delivery", "pid", "process")
 
     def __init__(self, engine: AtomsProcess, *, limits: Limits) -> None:
-        self.engine = engine
-        """The typed handle: the atoms process inside."""
+        super().__init__(engine, limits)
         self.process = engine
         self.pid: ProcessId = engine.pid
-        self.limits = limits
-        self.receive: Callable[[ProcessId, Any, float], None] = engine.receive
-        self.handle_timer: Callable[[float], None] = engine.handle_timer
-        self.get_timer: Callable[[], float] = engine.get_timer
-        self.messages_to_send: Callable[[], list[tuple[ProcessId, Any]]] = engine.messages_to_send
         self.next_delivery: Callable[[], Delivery | None] = engine.next_delivery
         self.deliveries: Callable[[], Iterator[Delivery]] = engine.deliveries
 
