@@ -30,6 +30,7 @@ as the sink's gateway protocol (:mod:`epto.spark._client`) is:
 
 A token is derived from the group key when none is given
 (:func:`group_token`), so whoever holds the group's key may read its logs.
+:func:`network_options` reads the source's ``epto.servers`` and token options.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
+from collections.abc import Mapping
+
+from .._errors import ConfigurationError
 
 HELLO_MAGIC = b"EPTOLOG1"
 HELLO = struct.Struct(">8sII16s")
@@ -63,3 +67,46 @@ def answer(token: bytes, challenge: bytes) -> bytes:
 def group_token(secret: bytes) -> bytes:
     """The log-read token of a group whose key's secret is ``secret``."""
     return hmac.new(secret, b"epto log-read token v1", hashlib.sha256).hexdigest().encode()
+
+
+_TOKEN_OPTIONS = ("epto.token", "epto.tokenFile", "epto.groupKeyFile")
+
+
+def network_options(opts: Mapping[str, str]) -> tuple[tuple[str, ...], bytes]:
+    """``epto.servers`` and the token of its log servers (read on the driver)."""
+    given = [name for name in _TOKEN_OPTIONS if name.lower() in opts]
+    text = opts.get("epto.servers")
+    if text is None:
+        if given:
+            raise ConfigurationError(f"{given[0]} applies with epto.servers only")
+        return (), b""
+    servers = tuple(s.strip() for s in text.split(",") if s.strip())
+    if not servers:
+        raise ConfigurationError(f"epto.servers must list host:port,... got {text!r}")
+    for address in servers:
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigurationError(f"epto.servers: {address!r} is not host:port")
+    if len(given) != 1:
+        raise ConfigurationError(
+            "epto.servers needs one of epto.token, epto.tokenFile or epto.groupKeyFile"
+            + (f" (got {', '.join(given)})" if given else "")
+        )
+    name = given[0]
+    value = opts[name.lower()]
+    if name == "epto.token":
+        token = value.encode()
+    else:
+        from .. import keys
+        from .._keys import _read
+
+        try:
+            if name == "epto.tokenFile":
+                token = _read(value, secret=True).strip()
+            else:
+                token = group_token(keys.load_group_key(value).secret)
+        except OSError as exc:
+            raise ConfigurationError(f"{name}: {value}: {exc.strerror or exc}") from None
+    if not 1 <= len(token) <= MAX_TOKEN:
+        raise ConfigurationError(f"{name}: a token is 1 to {MAX_TOKEN} bytes, got {len(token)}")
+    return servers, token

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 import attrs
 
 from .._errors import ConfigurationError
+from ._logproto import network_options
 
 EARLIEST = -2
 LATEST = -1
@@ -244,7 +245,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
     opts = {k.lower(): v for k, v in options.items()}
     _check_names(opts, streaming=streaming)
     path = opts.get("path")
-    servers, token = network_options(opts)
+    servers, token = network_options(opts)  # epto.servers and its token
     if servers and path:
         raise ConfigurationError(
             "the epto source reads either log files (a path) or members (epto.servers), not both"
@@ -360,51 +361,6 @@ def _event_offset(opts: dict[str, str], name: str) -> int | None:
         raise ConfigurationError(f"{name}: the offset must be an integer >= 0, got {value!r}")
     del opts[name.lower()]
     return value
-
-
-_TOKEN_OPTIONS = ("epto.token", "epto.tokenFile", "epto.groupKeyFile")
-
-
-def network_options(opts: Mapping[str, str]) -> tuple[tuple[str, ...], bytes]:
-    """``epto.servers`` and the token of its log servers (read on the driver)."""
-    from ._logproto import MAX_TOKEN, group_token
-
-    given = [name for name in _TOKEN_OPTIONS if name.lower() in opts]
-    text = opts.get("epto.servers")
-    if text is None:
-        if given:
-            raise ConfigurationError(f"{given[0]} applies with epto.servers only")
-        return (), b""
-    servers = tuple(s.strip() for s in text.split(",") if s.strip())
-    if not servers:
-        raise ConfigurationError(f"epto.servers must list host:port,... got {text!r}")
-    for address in servers:
-        host, sep, port = address.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigurationError(f"epto.servers: {address!r} is not host:port")
-    if len(given) != 1:
-        raise ConfigurationError(
-            "epto.servers needs one of epto.token, epto.tokenFile or epto.groupKeyFile"
-            + (f" (got {', '.join(given)})" if given else "")
-        )
-    name = given[0]
-    value = opts[name.lower()]
-    if name == "epto.token":
-        token = value.encode()
-    else:
-        from .. import keys
-        from .._keys import _read
-
-        try:
-            if name == "epto.tokenFile":
-                token = _read(value, secret=True).strip()
-            else:
-                token = group_token(keys.load_group_key(value).secret)
-        except OSError as exc:
-            raise ConfigurationError(f"{name}: {value}: {exc.strerror or exc}") from None
-    if not 1 <= len(token) <= MAX_TOKEN:
-        raise ConfigurationError(f"{name}: a token is 1 to {MAX_TOKEN} bytes, got {len(token)}")
-    return servers, token
 
 
 def to_json(offsets: Mapping[int, int]) -> dict[str, int]:
