@@ -211,7 +211,12 @@ class DataPath:
             self.deliver_at = now
             return
         fetch = self._fetch
-        if book.next_deliver < fetch.known_end() or self._tokens.pending is not None:
+        if book.next_deliver < book.stable:
+            # Final here, and not delivered: a payload is missing (lost on its
+            # way from the source). The member whose notice made it final
+            # holds it: ask at once, once per stability mark.
+            fetch.start(now, (-1, book.stable))
+        elif book.next_deliver < fetch.known_end() or self._tokens.pending is not None:
             fetch.start(now)
         else:
             fetch.stop()
@@ -235,6 +240,7 @@ class DataPath:
 
     def on_catchup(self, sender: ProcessId, msg: Catchup, now: float) -> None:
         s = self._s
+        self._fetch.answered(sender, now)
         book = s.book
         need = book.next_deliver
         if (

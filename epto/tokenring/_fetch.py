@@ -11,7 +11,12 @@ Rules:
   heard, or the holder of the token waiting here; else (or if that member
   said it no longer keeps what we miss) to a member drawn with the process's
   ``rng`` among those ahead of us (those that did not say so first), else
-  among the core, else among the members.
+  among the core, else among the members. A token that waits here for
+  messages makes the first fetch go at once (a negative acknowledgement to
+  its sender, which holds them), and a fetch due while the last one is
+  unanswered goes to another member than that one (its link may be down).
+* A catch-up that answers the last fetch, sent once to that member, is a
+  round-trip sample (``Shared.trips``).
 * A fetch spans at most :data:`FETCH_SPAN` positions whatever a token or a
   heartbeat claims, and a catch-up answers at most as many, with final
   assignments only (below the stability mark; see :mod:`._sequencer`).
@@ -37,7 +42,18 @@ FETCH_SPAN = 4096
 class Fetcher:
     """When and whom one process asks for what it misses."""
 
-    __slots__ = ("_order_from", "_out", "_rng", "_s", "_sent", "_too_old", "since")
+    __slots__ = (
+        "_asked",
+        "_due",
+        "_fast_for",
+        "_order_from",
+        "_out",
+        "_rng",
+        "_s",
+        "_sent",
+        "_too_old",
+        "since",
+    )
 
     def __init__(self, shared: Shared, out: Outbox, rng: random.Random) -> None:
         self._s = shared
@@ -51,14 +67,43 @@ class Fetcher:
         self._too_old: dict[ProcessId, int] = {}
         """Members that said they no longer keep what we miss, and the
         position we missed then."""
+        self._fast_for: tuple[int, int] | None = None
+        """The key of the last fetch sent at once (see :meth:`start`)."""
+        self._due = math.inf
+        """When a fetch is due at once (a token waits here for messages it
+        lacks), whatever ``fetch_timeout`` says."""
+        self._asked: tuple[ProcessId, float, bool] | None = None
+        """The last fetch not answered yet: (to whom, when, whether a fetch
+        went to the same member before it): its answer is a round-trip
+        sample unless it was asked twice; a fetch due while it is unanswered
+        goes to another member."""
 
-    def start(self, now: float) -> None:
-        """This process wants something (from ``now`` unless it already did)."""
+    def start(self, now: float, at_once: tuple[int, int] | None = None) -> None:
+        """This process wants something (from ``now`` unless it already did).
+        ``at_once``: a fetch goes now, not ``fetch_timeout`` later, once per
+        key: the (configuration, hop) of a token that waits here for messages
+        (its sender holds what we lack), or ``(-1, stable)`` for positions
+        final here whose payloads are missing (the member whose notice made
+        them final holds them)."""
         if self.since is None:
             self.since = now
+        if at_once is not None and at_once != self._fast_for:
+            self._fast_for = at_once
+            self._due = now
 
     def stop(self) -> None:
         self.since = None
+        self._due = math.inf
+
+    def answered(self, sender: ProcessId, now: float) -> None:
+        """A catch-up came from ``sender``: a round trip, if it answers the
+        last fetch, sent to it once."""
+        asked = self._asked
+        if asked is not None and asked[0] == sender:
+            self._asked = None
+            if not asked[2]:
+                s = self._s
+                s.trips.sample(sender, now - asked[1], len(s.config.members))
 
     def heard_order(self, sender: ProcessId) -> None:
         """``sender``'s notice told of a newer token: ask it first."""
@@ -67,15 +112,16 @@ class Fetcher:
     def timer(self) -> float:
         if self.since is None:
             return math.inf
-        return max(self.since, self._sent) + self._s.cfg.fetch_timeout
+        return min(self._due, max(self.since, self._sent) + self._s.cfg.fetch_timeout)
 
     def check(self, now: float, pending: tuple[ProcessId, TokenState] | None) -> None:
         """Send a fetch if one is due; ``pending`` is the token waiting here."""
         if self.since is None:
             return
         s = self._s
-        if now < max(self.since, self._sent) + s.cfg.fetch_timeout:
+        if now < self._due and now < max(self.since, self._sent) + s.cfg.fetch_timeout:
             return
+        self._due = math.inf
         self._sent = now
         book = s.book
         end = self.known_end()
@@ -85,14 +131,21 @@ class Fetcher:
             target = pending[0]
         need = book.next_deliver
         too_old = self._too_old
+        asked = self._asked
+        unanswered = None if asked is None else asked[0]
+        if target is not None and target == unanswered:
+            # The last fetch to it went unanswered (its link may be down):
+            # ask another member that can serve it.
+            target = None
         if target is None or target == s.pid or too_old.get(target) == need:
             # Members that delivered past what we miss can serve it (those that
             # did not say they no longer keep it first); others may miss it too.
             ahead = self._ahead()
             others = (
-                [m for m in ahead if too_old.get(m) != need]
-                or ahead
-                or [m for m in s.config.core if m != s.pid]
+                [m for m in ahead if too_old.get(m) != need and m != unanswered]
+                or [m for m in ahead if m != unanswered]
+                or [m for m in s.config.core if m not in (s.pid, unanswered)]
+                or [m for m in s.config.members if m not in (s.pid, unanswered)]
                 or [m for m in s.config.members if m != s.pid]
             )
             if not others:
@@ -118,6 +171,7 @@ class Fetcher:
             # their logs, by position.
             start = book.next_deliver
         self._out.send(target, Fetch(start=start, end=end, ids=tuple(ids[:1024])))
+        self._asked = (target, now, unanswered == target)
         self._sent = now
         s.counts.fetches += 1
         self._order_from = None

@@ -8,9 +8,10 @@ repairs it, with go-back-N over the heartbeats the members exchange anyway:
 
 * every message but a heartbeat is numbered per destination (``sent``), and
   the sender keeps it until the destination acknowledges it (at most
-  ``capacity`` per destination; older ones are let go, and the protocol's
-  own repairs (fetches, retransmission of unsequenced messages, token
-  retransmission) cover them);
+  ``capacity`` per destination, and for at most :data:`KEEP_REPAIRS` repair
+  intervals; older ones are let go, and the protocol's own repairs
+  (fetches, retransmission of unsequenced messages, token retransmission)
+  cover them);
 * every heartbeat to ``q`` says how many messages were sent to ``q`` before it
   (``sent``), the oldest one still kept (``base``), how many of ``q``'s
   messages arrived without a gap (``received``), and whether some are missing;
@@ -42,15 +43,21 @@ from ._messages import Heartbeat, Message
 REPAIR_BURST = 16
 """Most messages sent again in answer to one report of a loss."""
 
+KEEP_REPAIRS = 4
+"""A message not acknowledged this many repair intervals after it was sent
+is let go (the protocol's own repairs cover it)."""
+
 
 class _Outgoing:
-    __slots__ = ("base", "kept", "repaired_at")
+    __slots__ = ("base", "kept", "repaired_at", "stamps")
 
     def __init__(self) -> None:
         self.base = 0
         """Number of the oldest message kept (all below were acknowledged or
         let go)."""
         self.kept: deque[Message] = deque()
+        self.stamps: deque[float] = deque()
+        """When each kept message was sent."""
         """Messages ``base``, ``base + 1``, ... not acknowledged yet."""
         self.repaired_at = -math.inf
 
@@ -76,7 +83,8 @@ class LinkStatistics:
     gaps: int
     """Losses detected on incoming links."""
     let_go: int
-    """Messages dropped unacknowledged because a peer's buffer was full."""
+    """Messages dropped unacknowledged because a peer's buffer was full or
+    they waited :data:`KEEP_REPAIRS` repair intervals."""
 
 
 class LinkSessions:
@@ -99,16 +107,19 @@ class LinkSessions:
             for pid in [p for p in table if p not in self._peers]:
                 del table[pid]
 
-    def sent(self, dest: ProcessId, message: Message) -> None:
-        """Number ``message``, sent to ``dest``, and keep it until acknowledged."""
+    def sent(self, dest: ProcessId, message: Message, now: float) -> None:
+        """Number ``message``, sent to ``dest`` at ``now``, and keep it until
+        acknowledged (or let go)."""
         if isinstance(message, Heartbeat) or dest not in self._peers:
             return
         link = self._out.get(dest)
         if link is None:
             link = self._out[dest] = _Outgoing()
         link.kept.append(message)
+        link.stamps.append(now)
         if len(link.kept) > self._capacity:
             link.kept.popleft()
+            link.stamps.popleft()
             link.base += 1
             self._let_go += 1
 
@@ -179,7 +190,19 @@ class LinkSessions:
         acked = min(hb.received, out.base + len(out.kept))
         while out.base < acked:
             out.kept.popleft()
+            out.stamps.popleft()
             out.base += 1
+        # Let go what has waited for several repair intervals: on a link that
+        # breaks often, sending the same old messages again (go-back-N) breaks
+        # it again before they arrive, and the protocol's own repairs (a
+        # fetch, the token sent again, a source's retransmission, a consensus
+        # retry) have covered them meanwhile, with fewer sends.
+        horizon = now - KEEP_REPAIRS * self._repair_interval
+        while out.stamps and out.stamps[0] < horizon:
+            out.kept.popleft()
+            out.stamps.popleft()
+            out.base += 1
+            self._let_go += 1
         if not hb.missing or not out.kept or now - out.repaired_at < self._repair_interval:
             return answer, []
         out.repaired_at = now

@@ -23,10 +23,11 @@ Rules:
   ``broadcast_hold`` times the own broadcasts in flight (not delivered back
   here yet), at most ``max_hold`` (:meth:`Outbox.hold`): a sequential caller
   keeps the floor, a stream holds longer.
-* A heartbeat goes to every other member every ``heartbeat_interval``,
-  except to a member this process sent another message since the last
-  round (any message proves it alive: the failure detector hears every
-  one) whose last heartbeat is younger than ``max(fetch_timeout,
+* A heartbeat goes to every other member every ``heartbeat_interval`` (or
+  ``suspect_timeout / 8`` if longer: :func:`heartbeat_period`), except
+  to a member this process sent another message since the last round
+  (any message proves it alive: the failure detector hears every one)
+  whose last heartbeat is younger than ``max(fetch_timeout,
   suspect_timeout / 2)`` (the link session's counters, the delivered
   watermark and the configuration still go out that often); a
   heartbeat that reports a loss on our link is answered at once, and one that
@@ -47,10 +48,20 @@ import attrs
 
 from .._event import Event, ProcessId
 from ._bounds import MAX_JOINERS
+from ._config import TokenRingConfig
 from ._links import LinkSessions, LinkStatistics
 from ._messages import ConfigRequest, Data, DataBatch, Decided, Heartbeat, Message
 from ._sequencer import BATCH_IDS
 from ._shared import Shared
+
+
+def heartbeat_period(cfg: TokenRingConfig) -> float:
+    """How often heartbeats go: ``heartbeat_interval``, or an eighth of
+    ``suspect_timeout`` if that is longer (timeouts fitted to slow links):
+    a heartbeat far more often than suspicion needs only loads the links,
+    and on a link that breaks with some probability per send, each one is
+    one more chance to break it and lose what is in flight."""
+    return max(cfg.heartbeat_interval, cfg.suspect_timeout / 8)
 
 
 class Outbox:
@@ -113,7 +124,7 @@ class Outbox:
             # Own broadcasts leave before anything sent after them (FIFO links).
             self.flush()
         self._out.append((dest, message))
-        self._links.sent(dest, message)
+        self._links.sent(dest, message, self._s.now)
         self._spoke.add(dest)
         self._s.counts.sent += 1
 
@@ -237,7 +248,7 @@ class Outbox:
         if len(sent) > len(s.config.members):
             members = s.config.members
             self._hb_sent = {p: t for p, t in sent.items() if p in members}
-        self.hb_at = now + cfg.heartbeat_interval
+        self.hb_at = now + heartbeat_period(cfg)
         return True
 
     def reset_links(self, pid: ProcessId) -> None:

@@ -466,8 +466,11 @@ class TokenRingProcess:
         if sent is None or sent[0] != sender or sent[1] != ack.instance or sent[2] != ack.hop:
             return
         self._sent_token = None
-        if not sent[4] and self._timing.sample(now - sent[3]):
-            self._fit_timing(now)
+        if not sent[4]:
+            s = self._s
+            s.trips.sample(sender, now - sent[3], len(s.config.members))
+            if self._timing.sample(now - sent[3]):
+                self._fit_timing(now)
 
     def _watch_timing(self, now: float) -> None:
         """After every input: note the token passed (for its round trip), a
@@ -613,6 +616,7 @@ class TokenRingProcess:
             messages_resent=links.resent,
             link_gaps=links.gaps,
             messages_let_go=links.let_go,
+            token_resends=c.token_resends,
             exclusion=s.exclusion,
             quorum=self.quorum(),
             incarnation=s.incarnation,

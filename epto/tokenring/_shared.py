@@ -50,6 +50,7 @@ from .._event import Event, ProcessId
 from ._config import TokenRingConfig
 from ._membership import FailureDetector, Role
 from ._messages import RingConfig
+from ._roundtrips import PeerRoundTrips
 from ._sequencer import OrderBook
 from ._stats import Counters
 
@@ -75,6 +76,7 @@ class Shared:
         "restarted",
         "resumes",
         "role",
+        "trips",
         "voting",
     )
 
@@ -107,6 +109,10 @@ class Shared:
         self.fd = FailureDetector()
         self.counts = Counters()
         self.rejected: dict[str, int] = {}
+        self.trips = PeerRoundTrips(2 * cfg.fetch_timeout)
+        """The round trips this member measures to each member (a token
+        acknowledged, a fetch answered): the fast repairs towards a member
+        wait ``trips.rto(member)``."""
         self._verifier = verifier
 
     def authentic(self, event: Event) -> bool:

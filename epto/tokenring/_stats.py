@@ -29,6 +29,7 @@ class Counters:
         "proposals",
         "received",
         "sent",
+        "token_resends",
         "tokens",
     )
 
@@ -41,6 +42,7 @@ class Counters:
         self.fetches = 0
         self.sent = 0
         self.received = 0
+        self.token_resends = 0
 
 
 @attrs.frozen(kw_only=True, slots=True)
@@ -91,8 +93,12 @@ class TokenRingStatistics:
     link_gaps: int = 0
     """Losses found on incoming links (each one repaired by the peer)."""
     messages_let_go: int = 0
-    """Messages dropped unacknowledged because a link's buffer was full (the
-    protocol's own repairs cover them)."""
+    """Messages dropped unacknowledged because a link's buffer was full or
+    they waited four ``fetch_timeout`` s (the protocol's own repairs cover
+    them)."""
+    token_resends: int = 0
+    """Tokens sent again because their receiver did not acknowledge them
+    within the retransmission timeout (docs/token-ring.md, *Losses*)."""
     exclusion: str | None = None
     """Why the process left the view for good (see ``TokenRingProcess.exclusion``)."""
     quorum: bool = False

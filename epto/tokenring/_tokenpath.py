@@ -9,10 +9,12 @@ Rules:
   (:mod:`._sequencer`). ``snap`` is the most advanced state of the current
   configuration's token known here; it only moves forward within a
   configuration, and restarts from the decided state at each install.
-* A core member accepts a token (``pending``, with its sender) only when it
-  holds every message sequenced before it (``OrderBook.holds_through``);
-  until then the fetcher wants. It accepts a hop at most once
-  (``accepted_hop``), acknowledging a retransmission of one it accepted.
+* A core member acknowledges a token when it arrives, and accepts it
+  (``pending``, with its sender) only when it holds every message sequenced
+  before it (``OrderBook.holds_through``); until then the fetcher wants, and
+  its first fetch goes at once, to the token's sender. It accepts a hop at
+  most once (``accepted_hop``), acknowledging a retransmission of one it
+  accepted or holds pending.
 * The holder keeps the token ``token_hold`` (``pass_at``), longer on a busy
   ring (``token_hold`` times the messages its window carries, sequenced in
   about the last round, at most ``max_hold`` and ``token_timeout / (2 *
@@ -26,9 +28,10 @@ Rules:
   delays), which tells its loss from a quiet ring. A visit
   sequences what the window allows: at most ``max_unstable_messages`` and
   ``max_unstable_bytes`` (:meth:`TokenPath.window_room`).
-* A token passed (``passed``) is sent again to the same member every
-  ``max(fetch_timeout, suspect_timeout / 2)`` until it is acknowledged or a
-  later hop is known here.
+* A token passed (``passed``) is sent again to the same member until it is
+  acknowledged or a later hop is known here: after the measured
+  retransmission timeout (``Shared.trips``), doubled at each resend, at most
+  ``max(fetch_timeout, suspect_timeout / 2)``.
 * A fenced process (it promised in a view change, ``fenced_since``) takes no
   part in the token: it drops what it holds and ignores tokens and notices
   until a decision is installed.
@@ -108,7 +111,9 @@ class TokenPath:
         self.snap: TokenState = shared.config.state
         self.token: TokenState | None = None
         self.pending: tuple[ProcessId, TokenState] | None = None
-        self._passed: tuple[ProcessId, TokenState, float] | None = None
+        self._passed: tuple[ProcessId, TokenState, float, int] | None = None
+        """The token passed and not acknowledged yet: (to, state, when last
+        sent, how many times sent again)."""
         self._accepted_hop = -1
         """Hop of the last token of the current configuration accepted here."""
         self.vouched = 0
@@ -165,25 +170,34 @@ class TokenPath:
 
     # -- timers ---------------------------------------------------------------
 
-    def _resend_period(self) -> float:
-        cfg = self._s.cfg
-        return max(cfg.fetch_timeout, cfg.suspect_timeout / 2)
+    def _resend_period(self, dest: ProcessId, tries: int) -> float:
+        """How long after its last send a token not acknowledged is sent
+        again: the measured retransmission timeout (``Shared.trips``),
+        doubled at each resend, at most ``max(fetch_timeout, suspect_timeout
+        / 2)``."""
+        s = self._s
+        cfg = s.cfg
+        ceiling = max(cfg.fetch_timeout, cfg.suspect_timeout / 2)
+        backoff = float(2 ** min(tries, 16))
+        return min(ceiling, max(s.trips.rto(dest), cfg.token_hold) * backoff)
 
     def timer(self) -> float:
         t = self.pass_at if self.token is not None else math.inf
-        if self._passed is not None:
-            t = min(t, self._passed[2] + self._resend_period())
+        passed = self._passed
+        if passed is not None:
+            t = min(t, passed[2] + self._resend_period(passed[0], passed[3]))
         return t
 
     def tick(self, now: float) -> None:
         if self.token is not None and now >= self.pass_at:
             self.pass_token(now)
         passed = self._passed
-        if passed is not None and now >= passed[2] + self._resend_period():
+        if passed is not None and now >= passed[2] + self._resend_period(passed[0], passed[3]):
             # No acknowledgement: the link may have broken with the token in
             # flight. Send the same token again, to the same member.
             self._out.send(passed[0], Token(state=passed[1]))
-            self._passed = (passed[0], passed[1], now)
+            self._passed = (passed[0], passed[1], now, passed[3] + 1)
+            self._s.counts.token_resends += 1
 
     # -- receiving ------------------------------------------------------------
 
@@ -204,7 +218,15 @@ class TokenPath:
             self._out.send(sender, TokenAck(instance=state.instance, hop=state.hop))
             return
         if self.pending is not None and self.pending[1].hop >= state.hop:
+            # A retransmission of the token waiting here: acknowledged already.
+            if self.pending[1].hop == state.hop:
+                self._out.send(sender, TokenAck(instance=state.instance, hop=state.hop))
             return
+        # Acknowledged on receipt, before the messages it waits for are here:
+        # its sender stops sending it again (each send is one more chance for
+        # a link that breaks to lose what is in flight), and the round trip
+        # it measures is the link's, not the wait (``Shared.trips``).
+        self._out.send(sender, TokenAck(instance=state.instance, hop=state.hop))
         self.offer(sender, state, now)
 
     def on_token_ack(self, sender: ProcessId, msg: TokenAck, now: float) -> None:
@@ -256,16 +278,17 @@ class TokenPath:
     def try_accept(self, now: float) -> None:
         assert self.pending is not None
         s = self._s
-        sender, state = self.pending
+        state = self.pending[1]
         self.learn(state)
         if s.role is not Role.CORE or not s.book.holds_through(state.next_seq):
-            self._fetch.start(now)
+            # Its sender holds what we lack: ask at once (a negative
+            # acknowledgement), not a fetch timeout later.
+            core = s.role is Role.CORE
+            self._fetch.start(now, (state.instance, state.hop) if core else None)
             return
         self.pending = None
         self._accepted_hop = state.hop
         self.vouched += 1
-        if sender != s.pid:
-            self._out.send(sender, TokenAck(instance=state.instance, hop=state.hop))
         accepted = seqr.accept(state, s.pid, s.config.core, s.k())
         s.counts.tokens += 1
         self.token_seen = now
@@ -444,4 +467,4 @@ class TokenPath:
             return
         self.token = None
         self._out.send(nxt, Token(state=new))
-        self._passed = (nxt, new, now)
+        self._passed = (nxt, new, now, 0)

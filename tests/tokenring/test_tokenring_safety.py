@@ -183,7 +183,9 @@ def test_links_that_break_every_few_dozen_messages_still_deliver_everything() ->
     assert result.events == 141
     assert result.deliveries == 5 * 141
     assert result.order_violations == 0 and result.integrity_violations == 0
-    assert result.network.lost > 1000
+    # Hundreds of sends lost (heartbeats go no more often than suspicion
+    # needs, so the run sends fewer messages, and loses fewer, than it did).
+    assert result.network.lost > 200
 
 
 def test_link_sessions_repair_what_a_break_lost() -> None:

@@ -36,7 +36,9 @@ def _steady(cluster: Cluster, start: float, end: float, every: float) -> None:
 
 
 def test_planetlab_loss_and_partition_majority_progresses_minority_waits() -> None:
-    cluster = Cluster(7, seed=4, config=TICKS, latency=PLANETLAB, loss=0.0005, quantum=1.0)
+    # Loss 0.2% of sends: heartbeats go no more often than suspicion needs,
+    # so the run sends fewer messages than it did and 0.05% broke no link.
+    cluster = Cluster(7, seed=4, config=TICKS, latency=PLANETLAB, loss=0.002, quantum=1.0)
     assert cluster.mode == "token-ring"
     minority, majority = [0, 1, 2], [3, 4, 5, 6]
     _steady(cluster, 100.0, 14_000.0, 90.0)
