@@ -23,13 +23,32 @@ twice. The protocol repairs what a broken stream lost. Only once a peer has
 left the group's view (the endpoint's ``gone()``) is what waits for it
 dropped (:meth:`PeerLinks.forget`, counted), so that a crashed member's link
 stops retrying.
+
+Connection attempts back off, as TCP's own SYN retransmissions do. After
+``n`` failed attempts in a row the next one waits ``reconnect_interval *
+2**n`` (at most :data:`MAX_RECONNECT_BACKOFF` intervals; a success resets
+it), so many members started one after the other in one process do not
+spend their event loop on attempts to peers that are not listening yet
+(what each member sends waits in its queue meanwhile). And after ``n``
+attempts in a row that ran out of time, the next one may take
+``connect_timeout * 2**n`` (at most :data:`MAX_CONNECT_BACKOFF` times): the
+deadline of an attempt also counts the time the node's own event loop takes
+to run it, and in a crowded loop (tens of members in one process, or a
+process starved of CPU) a loopback connection that the kernel completed at
+once can take longer than ``connect_timeout`` to be seen. With a fixed
+deadline every attempt was cancelled, the streams never came up, and the
+members never heard of each other (docs/token-ring.md, *Limits*). Numeric
+addresses are connected with one socket call (no resolution, no
+happy-eyeballs task), which costs the loop fewer steps.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import math
 import os
+import socket
 from collections import deque
 from collections.abc import Callable
 
@@ -41,15 +60,22 @@ from epto.endpoint import Address, parse_host_port
 from .tcp_config import TcpNodeConfig
 from .tcp_framing import pack_frames
 
-__all__ = ["PeerLinks", "close_quietly"]
+__all__ = ["MAX_CONNECT_BACKOFF", "MAX_RECONNECT_BACKOFF", "PeerLinks", "close_quietly"]
 
 _BROKEN = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+MAX_RECONNECT_BACKOFF = 16
+"""Most multiples of ``reconnect_interval`` between two attempts to one peer (after
+failures in a row)."""
+MAX_CONNECT_BACKOFF = 16
+"""Most multiples of ``connect_timeout`` one attempt may take (after attempts in a row
+that ran out of time)."""
 
 
 class _Link:
     """The state of the stream to one peer."""
 
-    __slots__ = ("frames", "lot", "queue", "stream", "writing")
+    __slots__ = ("failures", "frames", "lot", "queue", "stream", "timeouts", "writing")
 
     def __init__(self) -> None:
         self.stream: trio.SocketStream | None = None
@@ -61,6 +87,10 @@ class _Link:
         self.writing = False
         """A write to ``stream`` is under way."""
         self.lot = trio.lowlevel.ParkingLot()
+        self.failures = 0
+        """Connection attempts in a row that failed (reset by a success)."""
+        self.timeouts = 0
+        """Connection attempts in a row that ran out of time."""
 
 
 class PeerLinks:
@@ -161,8 +191,10 @@ class PeerLinks:
                     await trio.sleep_until(next_attempt)
                     if not link.queue:
                         continue  # forgotten meanwhile
-                    next_attempt = trio.current_time() + self._config.reconnect_interval
                     if not await self._connect(dest, link):
+                        backoff = 2 ** min(link.failures, 30)
+                        wait = self._config.reconnect_interval * min(backoff, MAX_RECONNECT_BACKOFF)
+                        next_attempt = trio.current_time() + wait
                         continue
                     if not link.queue:
                         continue  # forgotten while connecting: wait for the next
@@ -213,12 +245,22 @@ class PeerLinks:
         if address is None:
             return False
         host, port = parse_host_port(address)
+        timeout = self._config.connect_timeout * min(
+            2 ** min(link.timeouts, 30), MAX_CONNECT_BACKOFF
+        )
         try:
-            with trio.fail_after(self._config.connect_timeout):
-                stream = await trio.open_tcp_stream(host, port)
-        except (OSError, trio.TooSlowError):
+            with trio.fail_after(timeout):
+                stream = await _open_stream(host, port)
+        except trio.TooSlowError:
+            link.timeouts += 1
+            link.failures += 1
             self._counts["connect_failures"] += 1
             return False
+        except OSError:
+            link.failures += 1
+            self._counts["connect_failures"] += 1
+            return False
+        link.failures = link.timeouts = 0
         self._counts["connects"] += 1
         hello = pack_frames(self._hello(dest))
         if hello:
@@ -230,6 +272,23 @@ class PeerLinks:
                 return False
         link.stream = stream
         return True
+
+
+async def _open_stream(host: str, port: int) -> trio.SocketStream:
+    """A TCP stream to ``host:port``: a numeric address with one socket and
+    one connect (the fewest steps of the event loop), a name through
+    :func:`trio.open_tcp_stream`."""
+    try:
+        family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+    except ValueError:
+        return await trio.open_tcp_stream(host, port)
+    sock = trio.socket.socket(family, socket.SOCK_STREAM)
+    try:
+        await sock.connect((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return trio.SocketStream(sock)
 
 
 def _write_now(stream: trio.SocketStream, data: bytes) -> int:
