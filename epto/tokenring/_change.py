@@ -12,6 +12,16 @@ Rules:
   lives ``change_timeout``; phase 2 waits for the promises of every member
   not suspected, at most ``change_timeout / 2``. A nack ends the proposal
   and restarts the wait.
+* Proposals that fail back off (as Raft's randomized election timeouts):
+  after ``n`` proposals of this process in a row ended without a decision
+  (nacked, or out of time) in one instance, the next one lives
+  ``change_timeout * 2**n`` (at most :data:`MAX_PROPOSAL_BACKOFF` times)
+  and waits a share of that, drawn from the member and the round, before
+  it is sent; an installed change resets it. Members whose suspicions
+  differ (a crowded or starved process, where heartbeats arrive late) each
+  take themselves for the coordinator; without the back-off their ballots
+  pre-empted one another for ever and no change was ever decided, nor the
+  lost token regenerated (docs/token-ring.md, *Limits*).
 * A ballot is ``(round, rank)``; ``round`` stays above every round heard.
 * A promise or an acceptance fences the acceptor (it stops taking part in the
   current token, :meth:`._tokenpath.TokenPath.fence`), and the token
@@ -83,6 +93,9 @@ from ._tokenpath import TokenPath
 from ._viewchange import build_config
 from ._vote import RestoredVote
 
+MAX_PROPOSAL_BACKOFF = 16
+"""Most multiples of ``change_timeout`` a proposal lives after failed ones."""
+
 
 class ViewChange:
     """The consensus roles of one process, and installing what they decide."""
@@ -91,11 +104,13 @@ class ViewChange:
         "_acceptor",
         "_change_at",
         "_data",
+        "_failed",
         "_joins",
         "_leave",
         "_out",
         "_proposal_full",
         "_proposer",
+        "_retry_at",
         "_round",
         "_s",
         "_self_handlers",
@@ -125,6 +140,11 @@ class ViewChange:
         self._proposal_full = False
         self._want_since: float | None = None
         self._round = 0
+        self._failed = 0
+        """Proposals of this process in a row that ended without a decision
+        in this instance."""
+        self._retry_at = -math.inf
+        """Not before then is the next proposal sent (after a failed one)."""
         self._vote: RestoredVote | None = None
         """The vote of the member this restart restored, until admitted."""
         self._self_handlers: dict[type, Callable[[ProcessId, Any, float], None]] = {
@@ -140,7 +160,23 @@ class ViewChange:
         self._proposer = None
 
     def timer(self) -> float:
-        return math.inf if self._proposer is None else self._change_at
+        if self._proposer is None:
+            return self._retry_at if self._retry_at > -math.inf else math.inf
+        return self._change_at
+
+    def _life(self) -> float:
+        """How long a proposal of this process lives now (backed off)."""
+        backoff: int = min(2 ** min(self._failed, 30), MAX_PROPOSAL_BACKOFF)
+        return self._s.cfg.change_timeout * backoff
+
+    def _failed_proposal(self, now: float) -> None:
+        """A proposal of ours ended without a decision: back off, with a
+        share of the next lifetime drawn from the member and the round (so
+        that members that both take themselves for the coordinator part)."""
+        self._proposer = None
+        self._failed += 1
+        draw = (self._s.pid * 0x9E3779B1 + self._round * 0x85EBCA77) % 1024 / 1024
+        self._retry_at = now + self._life() * draw
 
     # -- proposing ------------------------------------------------------------
 
@@ -167,14 +203,18 @@ class ViewChange:
         if proposer is not None:
             if proposer.value is None:
                 self._maybe_phase2(now)
-            half = proposer.started + cfg.change_timeout / 2
+            life = self._life()
+            half = proposer.started + life / 2
             if now < half:
                 self._change_at = half
                 return
-            if now <= proposer.started + cfg.change_timeout:
-                self._change_at = proposer.started + cfg.change_timeout * 1.001
+            if now <= proposer.started + life:
+                self._change_at = proposer.started + life * 1.001
                 return
-            self._proposer = None
+            self._failed_proposal(now)
+        if now < self._retry_at:
+            return  # backing off (the timer is due then)
+        self._retry_at = -math.inf
         wanted = self._wanted(now)
         if not wanted:
             self._want_since = None
@@ -243,10 +283,7 @@ class ViewChange:
             for m in proposer.voters
             if m == s.pid or (m not in s.newer and s.fd.silent_for(m, now) <= cfg.suspect_timeout)
         }
-        if (
-            not expected <= proposer.promises.keys()
-            and now - proposer.started < cfg.change_timeout / 2
-        ):
+        if not expected <= proposer.promises.keys() and now - proposer.started < self._life() / 2:
             return
         wanted = self._wanted(now)
         full = self._proposal_full
@@ -280,7 +317,7 @@ class ViewChange:
         proposer = self._mine(msg.instance, msg.ballot)
         if proposer is not None:
             self._round = max(self._round, msg.promised[0])
-            self._proposer = None
+            self._failed_proposal(now)
             self._want_since = now
 
     # -- accepting ------------------------------------------------------------
@@ -423,6 +460,8 @@ class ViewChange:
         self._acceptor = Acceptor(config.instance)
         self._proposer = None
         self._want_since = None
+        self._failed = 0
+        self._retry_at = -math.inf
         if config.full:
             s.counts.full += 1
         else:
