@@ -140,3 +140,12 @@ def test_atoms_adapter_is_the_endpoints() -> None:
     )
     assert type(sim.endpoints[0]) is type(real.adapter) is AtomsAdapter
     assert _refusal(lambda payload, now: sim.broadcast(0, payload)) == _refusal(real.broadcast)
+
+
+def test_stream_engines_default_to_a_tcp_nodes_limits() -> None:
+    from epto.transports._trio.tcp_config import TcpNodeConfig
+
+    ring = Cluster(3, seed=1, config=TokenRingConfig())
+    assert ring.limits == TcpNodeConfig().limits
+    ring.broadcast(0, b"x" * 4096)  # what a token-ring node over TCP takes
+    assert Cluster(2, seed=1).limits == NodeConfig(pid=0).limits  # EpTO: a UDP node's

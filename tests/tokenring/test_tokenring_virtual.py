@@ -73,7 +73,9 @@ def test_planetlab_loss_and_partition_majority_progresses_minority_waits() -> No
 def test_links_are_fifo_with_random_latencies() -> None:
     cluster = Cluster(4, seed=1, config=TokenRingConfig(), latency=UniformLatency(0.0, 0.05))
     seen: dict[tuple[ProcessId, ProcessId], list[int]] = {}
-    for pid, proc in cluster.processes.items():
+    # The run loop drives each process through its endpoint adapter, whose
+    # receive is the process's own bound method: wrap it there.
+    for pid, proc in cluster.endpoints.items():
         original = proc.receive
 
         def receive(sender: ProcessId, message: object, now: float, *, me=pid, inner=original):

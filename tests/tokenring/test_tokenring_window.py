@@ -74,8 +74,10 @@ def _crash_under_large_bursts(
     messages (``per_burst`` every 10 ms) keep the token's window large."""
     cluster = TokenRingCluster(members, config, seed=7, delay=(0.001, 0.003))
     audit = FrameAudit(STREAM)
-    for pid, proc in cluster.procs.items():
-        audit.wrap(pid, proc)
+    # The run loop drains each process through its endpoint adapter, whose
+    # messages_to_send is the process's own bound method: wrap it there.
+    for pid, adapter in cluster.endpoints.items():
+        audit.wrap(pid, adapter)  # type: ignore[arg-type]
     payload = bytes(4096)
     t = 1.2
     n = 0

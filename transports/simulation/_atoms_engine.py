@@ -21,7 +21,7 @@ import random
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
-from epto import Config, CyclonConfig, Delivery, EventId, LocalProtocolError, ProcessId
+from epto import Config, CyclonConfig, Delivery, EventId, Limits, LocalProtocolError, ProcessId
 from epto.atoms import AtomsConfig, AtomsProcess, SequencingGraph, zipf_memberships
 from epto.check import CheckReport, OrderViolation, PairwiseReport, check_pairwise
 from epto.endpoint import AtomsAdapter
@@ -29,6 +29,7 @@ from epto.epidemic import Membership, PeerSampler
 
 from ._latency import LatencyModel
 from ._members import (
+    STREAM_LIMITS,
     Adapter,
     Engine,
     Flush,
@@ -100,6 +101,9 @@ class AtomsEngine(Engine):
         refuse_round_options(
             "sequencing atoms have", drift=drift, jitter=jitter, sampler=sampler, pss=pss
         )
+
+    def default_limits(self) -> Limits:
+        return STREAM_LIMITS
 
     def default_round_interval(self) -> float:
         return 1.0

@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Literal
 
 import attrs
 
-from epto import Config, CyclonConfig, Delivery, EventId, LocalProtocolError, ProcessId
+from epto import Config, CyclonConfig, Delivery, EventId, Limits, LocalProtocolError, ProcessId
 from epto.atoms import AtomsConfig
 from epto.check import CheckReport, check
 from epto.endpoint import EptoAdapter, TokenRingAdapter
@@ -41,6 +41,7 @@ from ._atoms_engine import AtomsEngine
 from ._calendar import TIMER
 from ._latency import LatencyModel
 from ._members import (
+    STREAM_LIMITS,
     Adapter,
     Engine,
     Flush,
@@ -312,6 +313,9 @@ class TokenRingEngine(Engine):
         refuse_round_options(
             "a token ring has", drift=drift, jitter=jitter, sampler=sampler, pss=pss
         )
+
+    def default_limits(self) -> Limits:
+        return STREAM_LIMITS
 
     def default_round_interval(self) -> float:
         return self.config.heartbeat_interval

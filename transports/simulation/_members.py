@@ -103,6 +103,11 @@ class SimulationPort:
     view (None: :class:`epto.epidemic.FullView`)."""
 
 
+STREAM_LIMITS = Limits.for_frame_size(1 << 20)
+"""The default limits of a node on streams (``TcpNodeConfig.limits``, 1 MiB
+frames): a simulated token ring's or atoms' (``tests`` keep them equal)."""
+
+
 def refuse_round_options(
     subject: str,
     *,
@@ -178,6 +183,11 @@ class Engine(ABC):
     ) -> None:
         """Raise :class:`ConfigurationError` on a simulation option that does
         not apply to this engine."""
+
+    def default_limits(self) -> Limits:
+        """The limits a real node of this engine uses by default: a datagram
+        node's (EpTO over UDP); a stream engine overrides it."""
+        return Limits()
 
     @abstractmethod
     def default_round_interval(self) -> float:
@@ -314,9 +324,6 @@ class Members(VirtualNetwork):
             max_items_per_instant=max_items_per_instant,
         )
         self.config = config
-        self.limits = limits if limits is not None else Limits()
-        """The bounds a real node applies (``max_payload_size``): a broadcast
-        above them is refused here as there."""
         self.count_holes = count_holes
         """EpTO: every process counts the holes in its deliveries
         (:attr:`epto.endpoint.EptoAdapter.holes`; per-source state)."""
@@ -334,6 +341,10 @@ class Members(VirtualNetwork):
         self.engine = self._engine_for(config, port)
         """What differs between ordering engines (``_engines.py``)."""
         self.engine.check_options(drift=drift, jitter=jitter, sampler=sampler, pss=pss)
+        self.limits = limits if limits is not None else self.engine.default_limits()
+        """The bounds a real node applies (``max_payload_size``): a broadcast
+        above them is refused here as there. Default: the real node's of the
+        engine (:meth:`Engine.default_limits`)."""
         if round_interval is None:
             round_interval = self.engine.default_round_interval()
         if not (isinstance(round_interval, int | float) and 0 < round_interval < math.inf):
