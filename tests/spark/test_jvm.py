@@ -165,7 +165,9 @@ def test_bad_options_fail_with_the_python_sources_message(
 
         EptoBatchReader(parsed, ("node",)).partitions()
     except ConfigurationError as exc:
-        message = str(exc)
+        # The list of known names differs on purpose: the JVM reader reads
+        # files only, so it does not list the network source's epto.* names.
+        message = str(exc).split(" (known: ")[0]
     else:  # pragma: no cover
         pytest.fail("the Python source took the options")
     with pytest.raises(Exception, match=re.escape(message)):
