@@ -1,4 +1,4 @@
-"""A live group under an outsider's attack (issue 13, "live test"). Not a
+"""A live group under an outsider's attack. Not a
 test: it prints figures.
 
     .venv/bin/python scripts/hostile_live.py [--mode epto] [--mode token-ring]

@@ -1,5 +1,5 @@
 """Resident memory of a TCP token-ring node under connections that never
-authenticate (issue 13, finding 4). Not a test: it prints figures.
+authenticate. Not a test: it prints figures.
 
 Starts one sealed single-member node in a child process, then from this
 process opens ``--idle`` connections that send nothing, then ``--frames``

@@ -49,7 +49,7 @@ def test_long_sequences_do_not_recurse() -> None:
 
 
 def test_events_nobody_delivered_are_no_holes_but_validity_violations() -> None:
-    # Review issue 12, finding 5: holes count against events delivered
+    # Holes count against events delivered
     # *anywhere*, so a run where nobody delivered anything reports no hole.
     a, b, c = (0, 0), (1, 0), (2, 0)
     sequences: dict[int, list[tuple[int, int]]] = {0: [], 1: [], 2: []}

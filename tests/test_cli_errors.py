@@ -1,6 +1,6 @@
 """What a newcomer types wrong in the first hour is refused in one line on
-standard error with a non-zero exit status (issue 19, "a first hour without
-surprises"): the parser's errors name the option and point to ``--help``
+standard error with a non-zero exit status: the parser's errors name the
+option and point to ``--help``
 instead of printing twenty lines of usage, an option of another command
 (``epto simulate --n``, as ``epto params --n``) is accepted or named, and a
 value out of range that a command did not check is one line, not a

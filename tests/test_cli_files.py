@@ -1,5 +1,5 @@
-"""Files that cannot work are refused in one line before a command starts
-(issue 19, "a first hour without surprises"): the key files of ``epto node``
+"""Files that cannot work are refused in one line before a command starts:
+the key files of ``epto node``
 (missing, a directory, readable by others, malformed, of another kind), its
 ``--output``, ``--status`` and ``--log-dir``, and the files ``epto keygen``
 creates and reads. No traceback, a non-zero exit status."""

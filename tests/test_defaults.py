@@ -1,4 +1,4 @@
-"""One set of defaults (issue 19, "a first hour without surprises"): the
+"""One set of defaults: the
 library's ``Config`` and ``NodeConfig``, ``derive_parameters``, and the
 ``epto node``, ``epto params`` and ``epto simulate`` commands run with the
 same round interval, clock and safety constant, so a group started with no

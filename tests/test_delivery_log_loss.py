@@ -1,5 +1,5 @@
 """The delivery log's manifest: a lost tail is data loss, and lost indices are
-never given again (review issue 13, finding 5).
+never given again.
 
 The first tests use only names that existed before the manifest (they fail on
 that code: the lost tail read back as a shorter log and the writer reused the

@@ -1,5 +1,5 @@
-"""``./dev`` says what it does while it sets a machine up (issue 19, "a first
-hour without surprises"): a line before each step, and every few seconds
+"""``./dev`` says what it does while it sets a machine up: a line before each
+step, and every few seconds
 while pip runs, instead of a minute of silence. The install step runs here
 with a stand-in Python whose pip only sleeps: nothing is installed."""
 

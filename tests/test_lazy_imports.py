@@ -1,7 +1,7 @@
 """``import epto`` loads the core engines only: the token ring, the sealing
 and the signing code load when a name from them is first used (PEP 562), and
 every ``epto.X`` name still works. Checked in a fresh interpreter through
-``sys.modules``, not by timing (issue 19, "a first hour without surprises")."""
+``sys.modules``, not by timing."""
 
 from __future__ import annotations
 

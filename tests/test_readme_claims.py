@@ -1,6 +1,6 @@
 """Every measured figure in README.md comes with the command that measures
-it and the page that gives its conditions (issue 19, "a first hour without
-surprises": the token ring's ratio to Raft holds saturated, not paced)."""
+it and the page that gives its conditions (the token ring's ratio to Raft
+holds saturated, not paced)."""
 
 from __future__ import annotations
 

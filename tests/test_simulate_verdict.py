@@ -1,4 +1,4 @@
-"""What the simulation summaries count as a failure (review issue 12, finding 5).
+"""What the simulation summaries count as a failure.
 
 Holes count against events delivered *somewhere*; validity counts the events
 of processes that stayed that not every staying process delivered, including

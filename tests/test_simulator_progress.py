@@ -1,6 +1,6 @@
 """The virtual-time network always advances time or says it cannot.
 
-Review finding 6 (issue 12): rounding a due time up to a quantum with
+Rounding a due time up to a quantum with
 ``ceil(at / q) * q`` alone can give a time just *before* ``at`` in floating
 point; a timer then fired early, did nothing and re-armed at the same
 instant, forever. And a run that makes no progress in virtual time (items

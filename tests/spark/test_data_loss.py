@@ -1,4 +1,4 @@
-"""``failOnDataLoss`` (review issue 13, finding 6): with ``false``, batch and
+"""``failOnDataLoss``: with ``false``, batch and
 streaming reads skip exactly the missing records and return every record that
 exists, whatever the partitioning, and a micro-batch's end offset never passes
 a record it did not return; with ``true`` (the default) a missing middle

@@ -1,6 +1,5 @@
 """A group of three ``epto node`` OS processes on 127.0.0.1 keeps delivering one
-sequence while an outsider (this test process, id 666) attacks it (issue 13,
-"live test"):
+sequence while an outsider (this test process, id 666) attacks it:
 
 * ``--mode epto`` (UDP): one well-formed, unsealed ball frame to member 1
   carrying one event with ``ts = 2**64 - 1`` (finding 1; it used to kill all

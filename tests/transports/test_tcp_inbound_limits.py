@@ -1,5 +1,5 @@
 """What an incoming connection may cost a TCP token-ring node before it
-authenticates (issue 13, finding 4): a cap on connections (in all and per
+authenticates: a cap on connections (in all and per
 remote address), a handshake deadline, a small first-frame bound, an idle
 timeout; every refusal counted. Real sockets on the loopback interface, every
 wait bounded by ``trio.fail_after``."""
