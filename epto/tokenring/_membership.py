@@ -243,8 +243,9 @@ class Timing:
 
     * **Measured latency** (as TCP derives its retransmission timeout,
       RFC 6298): every token this member passes and sees acknowledged
-      without a resend is a round-trip sample (scheduling delays and the
-      wait for missing messages included); ``srtt`` and ``rttvar`` follow
+      without a resend is a round-trip sample (scheduling delays included;
+      a token is acknowledged on arrival, before the messages it needs are
+      fetched, so that wait is not); ``srtt`` and ``rttvar`` follow
       them, and ``(srtt + 4 * rttvar) / 2`` is the one-way delay the
       timeouts are fitted to (:meth:`TokenRingConfig.fitted`): a token
       timeout of at least one rotation at that delay, suspicion above two
