@@ -333,6 +333,18 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
+def _token_file(path: str, what: str, limit: int) -> bytes:
+    """A token read as key files are (a regular file that only its owner can
+    access), stripped, and 1 to ``limit`` bytes long."""
+    from epto import ConfigurationError
+    from epto._keys import _read
+
+    token = _read(path, secret=True).strip()
+    if not token or len(token) > limit:
+        raise ConfigurationError(f"{path}: {what} is 1 to {limit} bytes, got {len(token)}")
+    return token
+
+
 def _log_server_options(args: argparse.Namespace, config: Any) -> dict[str, Any] | None:
     """The log server's keyword arguments (None without ``--serve-log``)."""
     if args.serve_log_token_file and not args.serve_log:
@@ -343,19 +355,12 @@ def _log_server_options(args: argparse.Namespace, config: Any) -> dict[str, Any]
         raise SystemExit("epto node: --serve-log runs on --transport trio")
     if not args.log_dir:
         raise SystemExit("epto node: --serve-log needs --log-dir (the logs it serves)")
-    from epto import ConfigurationError
-    from epto._keys import _read
     from epto.endpoint import parse_host_port
     from epto.spark._logproto import MAX_TOKEN, group_token
 
     parse_host_port(args.serve_log)
     if args.serve_log_token_file:
-        token = _read(args.serve_log_token_file, secret=True).strip()
-        if not token or len(token) > MAX_TOKEN:
-            raise ConfigurationError(
-                f"{args.serve_log_token_file}: a log server token is 1 to {MAX_TOKEN} bytes, "
-                f"got {len(token)}"
-            )
+        token = _token_file(args.serve_log_token_file, "a log server token", MAX_TOKEN)
     elif config.group_key is not None:
         token = group_token(config.group_key.secret)
     else:
@@ -373,20 +378,13 @@ def _gateway_options(args: argparse.Namespace, config: Any, mode: str) -> dict[s
     event, the node's own ``Limits.max_payload_size``."""
     if not args.gateway:
         return None
-    from epto import ConfigurationError
-    from epto._keys import _read
     from epto.endpoint import parse_host_port
     from epto.spark._client import MAX_TOKEN
 
     parse_host_port(args.gateway)
     token = b""
     if args.gateway_token_file:
-        token = _read(args.gateway_token_file, secret=True).strip()
-        if not token or len(token) > MAX_TOKEN:
-            raise ConfigurationError(
-                f"{args.gateway_token_file}: a gateway token is 1 to {MAX_TOKEN} bytes, "
-                f"got {len(token)}"
-            )
+        token = _token_file(args.gateway_token_file, "a gateway token", MAX_TOKEN)
     if mode == "token-ring":
         from epto.transports.trio_node import token_ring_node_config
 
