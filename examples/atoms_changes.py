@@ -73,7 +73,7 @@ async def _run(args: argparse.Namespace) -> None:
             AtomsNode(args.id, graph, addresses, seed=args.id, suspect_after=suspect_after) as node,
             trio.open_nursery() as nursery,
         ):
-            process = node.endpoint.process
+            process = node.engine.process
             coordinator = process.coordinator == args.id
 
             seen = {"coordinator": False}
@@ -94,7 +94,7 @@ async def _run(args: argparse.Namespace) -> None:
                 while more(tick, in_epoch):
                     for group in sorted(process.groups):
                         body = {"group": group, "sent": time.time()}
-                        eid = node.publish(group, json.dumps(body).encode())
+                        eid = node.engine.publish(group, json.dumps(body).encode())
                         record = {
                             "kind": "sent",
                             "source": eid[0],
@@ -113,7 +113,7 @@ async def _run(args: argparse.Namespace) -> None:
                     change = changes.get(tick)
                     if coordinator and change is not None:
                         add = {int(g): m for g, m in change.get("add", {}).items()}
-                        node.reconfigure(remove=change.get("remove", []), add=add)
+                        node.engine.reconfigure(remove=change.get("remove", []), add=add)
                     tick += 1
                     in_epoch += process.epoch >= until_epoch
                     await trio.sleep(args.interval)

@@ -55,7 +55,7 @@ async def _run(args: argparse.Namespace) -> None:
             for k in range(args.messages):
                 for group in mine:
                     body = {"group": group, "k": k, "sent": time.time()}
-                    node.publish(group, json.dumps(body).encode())
+                    node.engine.publish(group, json.dumps(body).encode())
                 await trio.sleep(args.interval)
 
         async def stop_at_eof() -> None:

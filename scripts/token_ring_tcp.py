@@ -45,7 +45,7 @@ async def run(messages: int, rate: float, sealed: bool) -> None:
     async with nodes[1], nodes[2], nodes[3], trio.open_nursery() as nursery:
         for node in nodes.values():
             for pid, other in nodes.items():
-                node.set_address(pid, other.address)
+                node.engine.set_address(pid, other.address)
             nursery.start_soon(reader, node)
         await trio.sleep(0.5)
         start = trio.current_time()

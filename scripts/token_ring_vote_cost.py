@@ -69,7 +69,7 @@ async def run(root: str | None, durability: str, messages: int, rate: float) -> 
     async with nodes[1], nodes[2], nodes[3], trio.open_nursery() as nursery:
         for node in nodes.values():
             for pid, other in nodes.items():
-                node.set_address(pid, other.address)
+                node.engine.set_address(pid, other.address)
             nursery.start_soon(reader, node)
         await trio.sleep(0.5)
         hops0 = sum(n.process.statistics().tokens_accepted for n in nodes.values())

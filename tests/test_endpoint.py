@@ -81,7 +81,7 @@ class Wire:
     def turn(self, endpoint: Endpoint) -> None:
         if self.now >= endpoint.get_timer():
             endpoint.handle_timer(self.now)
-        for transmit in endpoint.datagrams_to_send(self.now):
+        for transmit in endpoint.frames_to_send(self.now):
             at = self.now + LATENCY
             heapq.heappush(self.queue, (at, next(self.order), transmit.address, transmit.data))
         while (delivery := endpoint.next_delivery()) is not None:
@@ -177,7 +177,7 @@ def test_sealed_frames_are_bound_to_their_receiver(engine: str) -> None:
     for _ in range(100):
         if one.get_timer() <= wire.now:
             one.handle_timer(wire.now)
-        frames = [t for t in one.datagrams_to_send(wire.now) if t.dest == two.pid]
+        frames = [t for t in one.frames_to_send(wire.now) if t.dest == two.pid]
         if frames:
             break
         wire.now += 0.005

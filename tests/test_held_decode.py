@@ -338,7 +338,7 @@ def test_the_endpoint_drops_a_tampered_duplicate_and_counts_it() -> None:
         for node in nodes.values():
             node.handle_timer(now)
         for node in nodes.values():
-            for transmit in node.datagrams_to_send(now):
+            for transmit in node.frames_to_send(now):
                 if genuine is None:
                     genuine = spy.decode(transmit.data).message[eid][0]
                 nodes[address[transmit.address]].receive(transmit.data, now)

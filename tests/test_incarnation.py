@@ -130,7 +130,7 @@ def test_an_event_of_a_later_start_of_itself_stops_the_endpoint() -> None:
     _deliver(endpoint, [Event(source=2, seq=first_seq(2), ts=1, payload=b"earlier start")])
     assert endpoint.stopped is None
     _deliver(endpoint, [Event(source=2, seq=first_seq(4), ts=2, payload=b"later start")], 10.0)
-    assert endpoint.superseded_by == 4
+    assert endpoint.engine.superseded_by == 4
     assert endpoint.stopped is not None and "incarnation 4" in endpoint.stopped
 
 

@@ -11,7 +11,12 @@ a clock and tasks, and runs this loop over an :class:`epto.endpoint.Endpoint`:
 4. sleep until the endpoint's next deadline (:meth:`DriverLoop.deadline`),
    the next arrival, or the next broadcast, whichever comes first. An input
    asks for an early turn only when the endpoint says it may have produced
-   output (:meth:`epto.endpoint.Endpoint.output_pending`).
+   output (an :class:`epto.endpoint.Eager` endpoint's ``output_pending``).
+
+What only some endpoints do (:class:`epto.endpoint.Leaving`,
+:class:`~epto.endpoint.Stoppable`, :class:`~epto.endpoint.Eager`,
+:class:`~epto.endpoint.ViewAware`) the loop asks for once, when it is built;
+it branches on these capabilities, never on the engine's kind.
 
 Nothing here does I/O or reads a clock; nothing here knows which engine runs.
 The shells that wait and move bytes are :mod:`._trio_loop` (trio) and the
@@ -24,8 +29,16 @@ import random
 from collections import deque
 from collections.abc import Callable
 
-from epto import Delivery, EventId, LocalProtocolError
-from epto.endpoint import Endpoint, OverflowPolicy, Transmit
+from epto import Delivery, EventId, LocalProtocolError, ProcessId
+from epto.endpoint import (
+    Eager,
+    Endpoint,
+    Leaving,
+    OverflowPolicy,
+    Stoppable,
+    Transmit,
+    ViewAware,
+)
 
 
 def fresh_rng() -> random.Random:
@@ -99,6 +112,11 @@ class DriverLoop:
     def __init__(self, endpoint: Endpoint, buffer: DeliveryBuffer) -> None:
         self.endpoint = endpoint
         self.buffer = buffer
+        # The endpoint's capabilities, asked for once.
+        self._output_pending = endpoint.output_pending if isinstance(endpoint, Eager) else None
+        self._stoppable = endpoint if isinstance(endpoint, Stoppable) else None
+        self._leave = endpoint.leave if isinstance(endpoint, Leaving) else None
+        self._gone = endpoint.gone if isinstance(endpoint, ViewAware) else None
         self.datagrams_received = 0
         self.datagrams_sent = 0
         self.send_failures = 0
@@ -118,8 +136,24 @@ class DriverLoop:
 
     def output_pending(self) -> bool:
         """True when an input may have produced output to take before the
-        next deadline (the driver then takes a turn soon)."""
-        return self.endpoint.output_pending()
+        next deadline (the driver then takes a turn soon); never for an
+        endpoint that is not :class:`~epto.endpoint.Eager` (its output
+        comes from its timer)."""
+        output_pending = self._output_pending
+        return output_pending is not None and output_pending()
+
+    def gone(self) -> list[ProcessId]:
+        """The processes the endpoint will not send to again (a
+        :class:`~epto.endpoint.ViewAware` endpoint's), since the last call."""
+        gone = self._gone
+        return gone() if gone is not None else []
+
+    def leave(self, now: float) -> list[Transmit]:
+        """Leave the group (a :class:`~epto.endpoint.Leaving` endpoint tells
+        it) and take the frames saying so."""
+        if self._leave is not None:
+            self._leave(now)
+        return self.endpoint.frames_to_send(now)
 
     def deadline(self) -> float:
         return self.endpoint.get_timer()
@@ -130,7 +164,7 @@ class DriverLoop:
         endpoint = self.endpoint
         if now >= endpoint.get_timer():
             endpoint.handle_timer(now)
-        out = endpoint.datagrams_to_send(now)
+        out = endpoint.frames_to_send(now)
         self.buffer.fill(endpoint.next_delivery)
         return out
 
@@ -139,4 +173,5 @@ class DriverLoop:
         overflowed under the ``"fail"`` policy; None while it runs."""
         if self.buffer.overflowed:
             return "overflow"
-        return self.endpoint.stopped
+        stoppable = self._stoppable
+        return stoppable.stopped if stoppable is not None else None

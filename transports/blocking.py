@@ -194,10 +194,10 @@ class BlockingNode(SyncNodeLifecycle):
 
     def run_sync(self, fn: Callable[..., T], *args: object) -> T:
         """``fn(*args)`` run in the node's thread, between two of its steps;
-        its result. For what the node offers beyond this class (``TrioNode
-        .add_member``, ``TokenRingNode.set_address``)::
+        its result. For what the node offers beyond this class (its engine
+        handle: ``TrioNode.engine.add_member``, ``TokenRingNode.engine.set_address``)::
 
-            node.run_sync(node.node.add_member, 4, "127.0.0.1:9004")
+            node.run_sync(lambda: node.node.engine.add_member(4, "127.0.0.1:9004"))
 
         Any thread may call it (another trio loop's too: it blocks that
         thread meanwhile). Raises :class:`epto.LocalProtocolError` once the

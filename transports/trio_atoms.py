@@ -7,7 +7,7 @@ assumes).
     graph = SequencingGraph.build({0: {1, 2, 3}, 1: {2, 3, 4}})
     addresses = {1: "127.0.0.1:9001", 2: "127.0.0.1:9002", ...}
     async with AtomsNode(2, graph, addresses) as node:
-        node.publish(1, b"hello")          # to group 1, in the pairwise order
+        node.engine.publish(1, b"hello")   # to group 1, in the pairwise order
         async for delivery in node:
             print(delivery.event.source, delivery.event.payload)
 
@@ -15,9 +15,9 @@ Every node builds the same graph from the same membership, and every node
 of ``addresses`` must run. The groups change while the nodes run through
 the coordinator (by default the smallest node of ``addresses``)::
 
-    coordinator.add_group(7, {1, 3, 5})    # a new epoch, installed everywhere
-    coordinator.remove_group(0)
-    coordinator.replace_crashed(4)         # node 4 is down: its atoms move
+    coordinator.engine.add_group(7, {1, 3, 5})  # a new epoch, installed everywhere
+    coordinator.engine.remove_group(0)
+    coordinator.engine.replace_crashed(4)       # node 4 is down: its atoms move
 
 (docs/atoms.md, "Groups that change at run time").
 """
@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 
 import attrs
 
-from epto import EventId, GroupKey, LocalProtocolError, ProcessId
+from epto import GroupKey, LocalProtocolError, ProcessId
 from epto.atoms import SequencingGraph
-from epto.endpoint import Address, AtomsEndpoint
+from epto.endpoint import Address, AtomsEndpoint, AtomsHandle
 
 from .trio_tcp import TcpNode, TcpNodeConfig
 
@@ -90,50 +90,10 @@ class AtomsNode(TcpNode[AtomsEndpoint]):
         super().__init__(config, make_endpoint)
         self.graph = graph
 
-    def publish(self, group: int, payload: bytes) -> EventId:
-        """Send ``payload`` to the members of ``group`` (this node is one)."""
-        if self._state != "running":
-            raise LocalProtocolError(f"cannot publish on a node that is {self._state}")
-        endpoint = self.endpoint
-        assert isinstance(endpoint, AtomsEndpoint)
-        eid = endpoint.publish(group, payload, self._now())
-        self._poke()
-        return eid
-
-    def reconfigure(
-        self, *, remove: Iterable[int] = (), add: Mapping[int, Iterable[ProcessId]] | None = None
-    ) -> int:
-        """At the coordinator: a new epoch without the groups of ``remove``
-        and with those of ``add``, installed at every node; returns the epoch."""
-        endpoint = self._running()
-        epoch = endpoint.reconfigure(self._now(), remove=remove, add=add)
-        self._poke()
-        return epoch
-
-    def add_group(self, group: int, members: Iterable[ProcessId]) -> int:
-        """At the coordinator: a new epoch with ``group`` added."""
-        return self.reconfigure(add={group: members})
-
-    def remove_group(self, group: int) -> int:
-        """At the coordinator: a new epoch without ``group``."""
-        return self.reconfigure(remove=[group])
-
-    def replace_crashed(self, crashed: ProcessId) -> int:
-        """At the coordinator: ``crashed`` is down for good; its atoms move to
-        another node in a new epoch (:meth:`epto.atoms.AtomsProcess.replace_crashed`)."""
-        endpoint = self._running()
-        epoch = endpoint.replace_crashed(crashed, self._now())
-        self._poke()
-        return epoch
-
     @property
-    def epoch(self) -> int:
-        """The latest graph version installed at this node."""
-        return self._running().process.epoch
-
-    def _running(self) -> AtomsEndpoint:
-        if self._state != "running":
-            raise LocalProtocolError(f"the node is {self._state}")
-        endpoint = self.endpoint
-        assert isinstance(endpoint, AtomsEndpoint)
-        return endpoint
+    def engine(self) -> AtomsHandle:
+        """Sequencing atoms' own operations (:class:`epto.endpoint.AtomsHandle`):
+        ``publish(group, payload)``, and at the coordinator ``reconfigure``,
+        ``add_group``, ``remove_group``, ``replace_crashed``; ``epoch``. Each
+        is refused unless the node runs, and leaves at the node's next turn."""
+        return self.endpoint.engine

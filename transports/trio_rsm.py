@@ -291,7 +291,7 @@ class ReplicatedNode:
             if not self._ring and cut is not None:
                 # Before any checkpoint: neither deliver again nor broadcast
                 # below what this member applied in an earlier incarnation.
-                self._node.resume_after(cut[0])
+                self._node.engine.resume_after(cut[0])
             self._started = trio.current_time()
             nursery = self._nursery = await stack.enter_async_context(trio.open_nursery())
             stack.callback(nursery.cancel_scope.cancel)  # runs first on the way out
@@ -853,7 +853,7 @@ class ReplicatedNode:
         if snapshot.cut is not None and not self._ring:
             # An EpTO newcomer in an idle group has seen no timestamp:
             # its next commands must come after what the group applied.
-            self._node.advance_clock(snapshot.cut[0])
+            self._node.engine.advance_clock(snapshot.cut[0])
 
     def _restore_machine(self, state: bytes) -> None:
         """Hand a peer's ``state`` to the machine (in a worker thread); any

@@ -58,6 +58,7 @@ from epto.endpoint import (
     EndpointStatistics,
     StreamEndpoint,
     TokenRingEndpoint,
+    TokenRingHandle,
     Transmit,
     join_host_port,
     parse_host_port,
@@ -274,7 +275,7 @@ class TokenRingNode(TcpNode[TokenRingEndpoint]):
 
     def _stopped_error(self, reason: str) -> Exception:
         stream = self._stream
-        if stream is not None and stream.process.superseded:
+        if stream is not None and stream.engine.process.superseded:
             return SupersededError(
                 f"member {self.config.pid} runs again in a later incarnation, which the "
                 f"group admitted in place of this one (incarnation {self.config.incarnation})"
@@ -294,7 +295,7 @@ class TokenRingNode(TcpNode[TokenRingEndpoint]):
     @property
     def incarnation(self) -> int:
         """This start of the member (once started)."""
-        return self._require_endpoint().process.incarnation
+        return self._require_endpoint().engine.process.incarnation
 
     @property
     def excluded(self) -> bool:
@@ -303,17 +304,16 @@ class TokenRingNode(TcpNode[TokenRingEndpoint]):
         deliveries already queued)."""
         return self._stream is not None and self._stream.stopped is not None
 
-    def set_address(self, pid: ProcessId, address: Address) -> None:
-        """Where ``pid`` is reached from now on (the next connection uses it)."""
-        self._require_endpoint().set_address(pid, address)
-
-    def addresses(self) -> dict[ProcessId, Address]:
-        """Where this node reaches each process it knows of."""
-        return self._require_endpoint().addresses()
+    @property
+    def engine(self) -> TokenRingHandle:
+        """The token ring's own operations (:class:`epto.endpoint.TokenRingHandle`:
+        the members' addresses, the process inside), once started."""
+        return self._require_endpoint().engine
 
     @property
     def process(self) -> TokenRingProcess:
-        return self._require_endpoint().process
+        """The sans-IO token-ring process inside (``engine.process``), for inspection."""
+        return self._require_endpoint().engine.process
 
     def statistics(self) -> TokenRingNodeStatistics:
         e = self._require_endpoint().statistics()

@@ -29,13 +29,21 @@ import math
 import socket
 import threading
 import time
+from types import TracebackType
 from typing import Any, Self
 
 import attrs
 import zmq
 
 from epto import Delivery, EventId, LocalProtocolError, ProcessId
-from epto.endpoint import Address, EptoEndpoint, NodeConfig, Transmit, parse_host_port
+from epto.endpoint import (
+    Address,
+    EptoEndpoint,
+    EptoHandle,
+    NodeConfig,
+    Transmit,
+    parse_host_port,
+)
 
 from ._identity import claim_member
 from ._lifecycle import SyncNodeLifecycle
@@ -85,6 +93,7 @@ class ZmqNode(SyncNodeLifecycle):
         self._loop = DriverLoop(
             self._endpoint, DeliveryBuffer(config.delivery_buffer, config.overflow)
         )
+        self._endpoint.engine.attach(_NodeInput(self))
         self._state = "new"
         self._thread: threading.Thread | None = None
         self._pull: zmq.Socket[Any] | None = None
@@ -156,12 +165,12 @@ class ZmqNode(SyncNodeLifecycle):
 
     # -- application API (thread-safe) -------------------------------------
 
-    def resume_after(self, ts: int) -> None:
-        """Deliver and broadcast only after ``ts``, what an earlier start of
-        this member delivered last (:meth:`epto.epidemic.Process.resume_after`); call it
-        before :meth:`start`."""
-        with self._cond:
-            self._endpoint.resume_after(ts)
+    @property
+    def engine(self) -> EptoHandle:
+        """EpTO's own operations (:class:`epto.endpoint.EptoHandle`: a full
+        view's members, the clock, ``resume_after`` before :meth:`start`),
+        thread-safe: each runs under the node's lock and wakes its poller."""
+        return self._endpoint.engine
 
     @property
     def incarnation(self) -> int:
@@ -195,17 +204,6 @@ class ZmqNode(SyncNodeLifecycle):
                 if left is not None and left <= 0:
                     return None
                 self._cond.wait(left)
-
-    def add_member(self, pid: ProcessId, address: Address) -> None:
-        with self._cond:
-            self._endpoint.add_member(pid, address)
-            self._members_changed = True
-        with contextlib.suppress(OSError):
-            self._wake_w.send(b"m")
-
-    def remove_member(self, pid: ProcessId) -> None:
-        with self._cond:
-            self._endpoint.remove_member(pid)
 
     def statistics(self) -> TransportStatistics:
         with self._cond:
@@ -250,8 +248,7 @@ class ZmqNode(SyncNodeLifecycle):
                         self._connect_members()
                     out = loop.turn(self._now())
                     if self._state == "closing" and self._endpoint.flushed():
-                        self._endpoint.leave(self._now())
-                        out += self._endpoint.datagrams_to_send(self._now())
+                        out += loop.leave(self._now())
                         self._state = "left"
                     self._send(out)
                     self._cond.notify_all()  # readers, and close() waiting for "left"
@@ -322,3 +319,29 @@ class ZmqNode(SyncNodeLifecycle):
                 loop.datagrams_sent += 1
             except zmq.Again:
                 loop.send_failures += 1
+
+
+class _NodeInput:
+    """The ZeroMQ node's input path, for its endpoint's engine handle: an
+    operation runs under the node's lock, then wakes the poller thread
+    (which connects to new members and takes a turn)."""
+
+    __slots__ = ("_node",)
+
+    def __init__(self, node: ZmqNode) -> None:
+        self._node = node
+
+    def __enter__(self) -> None:
+        self._node._cond.acquire()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        node = self._node
+        node._members_changed = True
+        node._cond.release()
+        with contextlib.suppress(OSError):
+            node._wake_w.send(b"m")

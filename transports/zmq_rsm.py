@@ -89,7 +89,7 @@ class ZmqReplica:
         if cut is not None:
             # Neither deliver again nor broadcast below what this member
             # applied in an earlier incarnation.
-            node.resume_after(cut[0])
+            node.engine.resume_after(cut[0])
         self._node = node.start()
         return self
 

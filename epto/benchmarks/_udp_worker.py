@@ -129,7 +129,7 @@ async def _run(inbox: Connection, outbox: Connection, spec: WorkerSpec) -> None:
         table: dict[int, str] = await _receive(inbox, "table")
         for node in nodes.values():
             for pid, address in table.items():
-                node.add_member(pid, address)
+                node.engine.add_member(pid, address)
         outbox.send(("ready", None))
         # Every worker broadcasts at the same wall-clock instant: one that
         # heard "go" first must not flood the others' nodes (whose loops then

@@ -131,7 +131,7 @@ async def run_group(
         for node in nodes.values():
             for q, other in nodes.items():
                 if q != node.pid:
-                    node.set_address(q, other.address)
+                    node.engine.set_address(q, other.address)
 
         async def consume(pid: ProcessId) -> None:
             node = nodes[pid]

@@ -278,7 +278,7 @@ def _gossip_once(commands: int) -> dict[str, float]:
             start = clock()
             node.handle_timer(now + pid * 0.001)
             sent = clock()
-            transmits = node.datagrams_to_send(now)
+            transmits = node.frames_to_send(now)
             received = clock()
             for transmit in transmits:
                 nodes[transmit.dest].receive(transmit.data, now)

@@ -410,7 +410,7 @@ async def _run_trio(
         if args.log_dir and not isinstance(node, TokenRingNode):
             # A restart on its own log: the order resumes after what the
             # member delivered before (docs/node.md, *Restart*).
-            node.resume_after(_logged_ts(args))
+            node.engine.resume_after(_logged_ts(args))
         # Token ring restarted on its own log: the group admits this start
         # back (a later incarnation) and it delivers from its entry on; any
         # position the log already holds is not written twice.
@@ -574,7 +574,7 @@ def _run_zmq(args: argparse.Namespace, config: Any, sink: Sink) -> None:
     stdin_done = threading.Event()
     node = ZmqNode(config)
     if args.log_dir:
-        node.resume_after(_logged_ts(args))
+        node.engine.resume_after(_logged_ts(args))
     with node:
         print(_ready_line(args.id, node), file=sys.stderr, flush=True)
         for text in args.broadcast:

@@ -15,7 +15,7 @@ Rules:
   (a node publishes only to its own groups), so every atom has numbered it,
   or was lost with a crashed host (counted in the process's ``lost``);
 * the graph changes at run time only through the coordinator's
-  :meth:`AtomsEndpoint.reconfigure` (docs/atoms.md, "Groups that change at
+  :meth:`AtomsHandle.reconfigure` (``endpoint.engine``; docs/atoms.md, "Groups that change at
   run time").
 """
 
@@ -34,8 +34,9 @@ from ..atoms._graph import SequencingGraph
 from ..atoms._messages import atoms_registry
 from ..atoms._process import AtomsProcess, AtomsStatistics
 from ._addresses import Directory, with_addresses
-from ._config import Address, endpoint_codec, parse_host_port
+from ._config import Address, endpoint_codec
 from ._engines import AtomsAdapter
+from ._handles import EngineHandle
 from ._protocol import Transmit
 from ._streams import StreamFraming
 
@@ -58,9 +59,10 @@ class AtomsEndpoint:
     membership (:class:`epto.atoms.SequencingGraph`); ``addresses`` maps
     every node to ``"host:port"``. :meth:`broadcast` publishes to
     ``default_group`` (by default the node's group, when it has exactly
-    one); :meth:`publish` names the group. ``frame_group`` is the id every
-    frame carries (frames of other ids are refused); ``wall`` (wall-clock
-    seconds) starts the sealer's nonce counter. ``nodes`` and
+    one); ``engine.publish`` (:class:`~epto.endpoint.AtomsHandle`) names
+    the group. ``frame_group`` is the id every frame carries (frames of
+    other ids are refused); ``wall`` (wall-clock seconds) starts the
+    sealer's nonce counter. ``nodes`` and
     ``coordinator`` are :class:`epto.atoms.AtomsProcess`'s (by default the
     nodes of ``addresses`` and the smallest of them), and so is
     ``suspect_after``, the crash detector's silence (none by default).
@@ -115,25 +117,16 @@ class AtomsEndpoint:
         self._directory = Directory(pid, dict(addresses))
         self._directory.advertised = addresses.get(pid, "")
         self._framing = StreamFraming(pid, codec, self._directory)
+        self.engine = AtomsHandle(self)
+        """Publishing to one group, the coordinator's changes of the graph:
+        :class:`~epto.endpoint.AtomsHandle`."""
 
     @property
     def pid(self) -> ProcessId:
         return self._pid
 
-    @property
-    def process(self) -> AtomsProcess:
-        return self._process
-
-    @property
-    def stopped(self) -> str | None:
-        return None
-
     def set_advertised(self, address: Address) -> None:
         self._directory.advertised = address
-
-    def set_address(self, pid: ProcessId, address: Address) -> None:
-        parse_host_port(address)
-        self._directory.set(pid, address)
 
     def address_of(self, pid: ProcessId) -> Address | None:
         return self._directory.addresses.get(pid)
@@ -141,41 +134,13 @@ class AtomsEndpoint:
     # -- inputs -------------------------------------------------------------
 
     def broadcast(self, payload: bytes, now: float) -> EventId:
+        """Publish to ``default_group`` (``engine.publish`` names a group)."""
         if self.default_group is None:
             raise LocalProtocolError(
                 f"node {self._pid} is in several groups {sorted(self._process.groups)}: "
-                "publish(group, payload, now) names one"
+                "engine.publish(group, payload) names one"
             )
-        return self.publish(self.default_group, payload, now)
-
-    def publish(self, group: int, payload: bytes, now: float) -> EventId:
-        """Send ``payload`` to the members of ``group``, in the pairwise order."""
-        return self.adapter.publish(group, payload)
-
-    def reconfigure(
-        self,
-        now: float,
-        *,
-        remove: Iterable[int] = (),
-        add: Mapping[int, Iterable[ProcessId]] | None = None,
-    ) -> int:
-        """At the coordinator: the next graph version, installed here and sent
-        to every node (:meth:`epto.atoms.AtomsProcess.reconfigure`); returns
-        its epoch."""
-        return self._process.reconfigure(remove=remove, add=add)
-
-    def add_group(self, group: int, members: Iterable[ProcessId], now: float) -> int:
-        """At the coordinator: a new epoch with ``group`` added."""
-        return self.reconfigure(now, add={group: members})
-
-    def remove_group(self, group: int, now: float) -> int:
-        """At the coordinator: a new epoch without ``group``."""
-        return self.reconfigure(now, remove=[group])
-
-    def replace_crashed(self, crashed: ProcessId, now: float) -> int:
-        """At the coordinator: ``crashed`` is down for good; its atoms move to
-        the node the process chooses (:meth:`epto.atoms.AtomsProcess.replace_crashed`)."""
-        return self._process.replace_crashed(crashed)
+        return self.adapter.publish(self.default_group, payload)
 
     def receive(self, data: bytes, now: float, *, peer_host: str | None = None) -> bool:
         process = self._process
@@ -189,9 +154,6 @@ class AtomsEndpoint:
     def handle_timer(self, now: float) -> None:
         self._process.handle_timer(now)  # the crash detector, if any
 
-    def leave(self, now: float) -> None:
-        pass
-
     # -- outputs ------------------------------------------------------------
 
     def get_timer(self) -> float:
@@ -200,14 +162,11 @@ class AtomsEndpoint:
     def output_pending(self) -> bool:
         return True  # every input may route or deliver at once
 
-    def datagrams_to_send(self, now: float) -> list[Transmit]:
+    def frames_to_send(self, now: float) -> list[Transmit]:
         return self._framing.frames(self._process.messages_to_send())
 
     def opening(self, dest: ProcessId) -> list[bytes]:
         return self._framing.opener(dest)
-
-    def gone(self) -> list[ProcessId]:
-        return []
 
     def next_delivery(self) -> Delivery | None:
         return self._process.next_delivery()
@@ -224,3 +183,55 @@ class AtomsEndpoint:
             rejected=self._framing.rejected(s.rejected),
             encode_failures=self._framing.encode_failures,
         )
+
+
+class AtomsHandle(EngineHandle):
+    """Sequencing atoms' own operations (:class:`~epto.endpoint.AtomsEndpoint`):
+    publishing to one group, and the coordinator's changes of the graph
+    (docs/atoms.md, "Groups that change at run time")."""
+
+    __slots__ = ("_endpoint",)
+
+    def __init__(self, endpoint: AtomsEndpoint) -> None:
+        super().__init__()
+        self._endpoint = endpoint
+
+    def publish(self, group: int, payload: bytes) -> EventId:
+        """Send ``payload`` to the members of ``group`` (this node is one),
+        in the pairwise order."""
+        with self._input:
+            return self._endpoint.adapter.publish(group, payload)
+
+    def reconfigure(
+        self, *, remove: Iterable[int] = (), add: Mapping[int, Iterable[ProcessId]] | None = None
+    ) -> int:
+        """At the coordinator: the next graph version, without the groups of
+        ``remove`` and with those of ``add``, installed here and sent to
+        every node (:meth:`epto.atoms.AtomsProcess.reconfigure`); returns its epoch."""
+        with self._input:
+            return self._endpoint.adapter.process.reconfigure(remove=remove, add=add)
+
+    def add_group(self, group: int, members: Iterable[ProcessId]) -> int:
+        """At the coordinator: a new epoch with ``group`` added."""
+        return self.reconfigure(add={group: members})
+
+    def remove_group(self, group: int) -> int:
+        """At the coordinator: a new epoch without ``group``."""
+        return self.reconfigure(remove=[group])
+
+    def replace_crashed(self, crashed: ProcessId) -> int:
+        """At the coordinator: ``crashed`` is down for good; its atoms move to
+        the node the process chooses (:meth:`epto.atoms.AtomsProcess.replace_crashed`)."""
+        with self._input:
+            return self._endpoint.adapter.process.replace_crashed(crashed)
+
+    @property
+    def process(self) -> AtomsProcess:
+        """The sans-IO atoms process inside (for inspection)."""
+        return self._endpoint.adapter.process
+
+    @property
+    def epoch(self) -> int:
+        """The latest graph version installed at this node."""
+        with self._input:
+            return self._endpoint.adapter.process.epoch

@@ -23,8 +23,8 @@ Rules:
   of the start before it;
 * incarnation (``config.incarnation``, or drawn from ``now``, the wall clock,
   when None): the high bits of every sequence number this node gives, so a
-  restarted member never reuses an event id; :meth:`EptoEndpoint.resume_after`
-  starts the order after what an earlier incarnation delivered. An event of
+  restarted member never reuses an event id; :meth:`EptoHandle.resume_after`
+  (``endpoint.engine``) starts the order after what an earlier incarnation delivered. An event of
   this node's own id from a later incarnation stops it (``stopped``): that
   start is the member now;
 * flushed: this node's last event has been relayed TTL rounds, so leaving
@@ -46,8 +46,10 @@ from .._signing import EventSigner, SignatureVerifier
 from ..epidemic._cyclon import CyclonConfig
 from ..epidemic._node import Node
 from ..epidemic._peer_messages import PeerDescriptor
+from ..epidemic._process import Process
 from ._config import Address, NodeConfig
 from ._engines import EptoAdapter
+from ._handles import EngineHandle
 from ._protocol import Transmit
 
 
@@ -139,16 +141,13 @@ class EptoEndpoint:
         self._rejected: dict[str, int] = {}
         self._encode_failures = 0
         self._unaddressed = 0
+        self.engine = EptoHandle(self)
+        """EpTO's own operations (a full view's members, the clock, a restart's
+        resumption): :class:`~epto.endpoint.EptoHandle`."""
 
     @property
     def pid(self) -> ProcessId:
         return self.config.pid
-
-    @property
-    def superseded_by(self) -> int | None:
-        """The later incarnation of this member whose event reached this node
-        (it has stopped), or None."""
-        return self.adapter.superseded_by
 
     @property
     def stopped(self) -> str | None:
@@ -164,15 +163,14 @@ class EptoEndpoint:
 
     # -- membership (full view) ---------------------------------------------
 
-    def add_member(self, pid: ProcessId, address: Address) -> None:
-        """Add a member to a full view (Cyclon learns members by itself)."""
+    def _add_member(self, pid: ProcessId, address: Address) -> None:
         if pid == self.config.pid:
             return
         self._addresses[pid] = address
         if self._node.full_view is not None:
             self._node.full_view.membership.add(pid)
 
-    def remove_member(self, pid: ProcessId) -> None:
+    def _remove_member(self, pid: ProcessId) -> None:
         self._addresses.pop(pid, None)
         if self._node.full_view is not None:
             self._node.full_view.membership.discard(pid)
@@ -187,14 +185,8 @@ class EptoEndpoint:
     def broadcast(self, payload: bytes, now: float) -> EventId:
         return self.adapter.broadcast(payload, now)
 
-    def advance_clock(self, ts: int) -> None:
-        """:meth:`epto.epidemic.Process.advance_clock` (a restored snapshot's cut)."""
-        self._node.process.advance_clock(ts)
-
-    def resume_after(self, ts: int) -> None:
-        """:meth:`epto.epidemic.Process.resume_after`: an earlier incarnation of this
-        member delivered the order up to ``ts`` (its log's last timestamp)."""
-        self._node.process.resume_after(ts)
+    def _process(self) -> Process:
+        return self._node.process
 
     def receive(self, data: bytes, now: float, *, peer_host: str | None = None) -> bool:
         try:
@@ -233,7 +225,7 @@ class EptoEndpoint:
                     return None
         return address
 
-    def datagrams_to_send(self, now: float) -> list[Transmit]:
+    def frames_to_send(self, now: float) -> list[Transmit]:
         out: list[Transmit] = []
         me = self.config.pid
         encode = self._codec.encode
@@ -255,17 +247,6 @@ class EptoEndpoint:
             for data in frames:
                 out.append(Transmit(dest, address, data))
         return out
-
-    def output_pending(self) -> bool:
-        # EpTO sends and delivers in rounds only (Algorithm 1: receive fills
-        # the next ball); Cyclon's replies leave with the round too.
-        return False
-
-    def opening(self, dest: ProcessId) -> list[bytes]:
-        return []  # datagrams need no opening; every frame names its sender
-
-    def gone(self) -> list[ProcessId]:
-        return []
 
     def next_delivery(self) -> Delivery | None:
         return self.adapter.next_delivery()
@@ -304,3 +285,46 @@ class EptoEndpoint:
             encode_failures=self._encode_failures,
             unaddressed=self._unaddressed,
         )
+
+
+class EptoHandle(EngineHandle):
+    """EpTO's own operations (:class:`~epto.endpoint.EptoEndpoint`)."""
+
+    __slots__ = ("_endpoint",)
+
+    def __init__(self, endpoint: EptoEndpoint) -> None:
+        super().__init__()
+        self._endpoint = endpoint
+
+    def add_member(self, pid: ProcessId, address: Address) -> None:
+        """Add a member to a full view (Cyclon learns members by itself)."""
+        with self._input:
+            self._endpoint._add_member(pid, address)
+
+    def remove_member(self, pid: ProcessId) -> None:
+        with self._input:
+            self._endpoint._remove_member(pid)
+
+    def advance_clock(self, ts: int) -> None:
+        """Move the EpTO clock to at least ``ts``
+        (:meth:`epto.epidemic.Process.advance_clock`: a restored snapshot's cut)."""
+        with self._input:
+            self._endpoint._process().advance_clock(ts)
+
+    def resume_after(self, ts: int) -> None:
+        """Deliver and broadcast only after ``ts``, what an earlier start of
+        this member delivered last (:meth:`epto.epidemic.Process.resume_after`);
+        before the first round."""
+        with self._input:
+            self._endpoint._process().resume_after(ts)
+
+    @property
+    def incarnation(self) -> int:
+        """This start of the member (docs/node.md, *Restart*)."""
+        return self._endpoint.incarnation
+
+    @property
+    def superseded_by(self) -> int | None:
+        """The later incarnation of this member whose event reached this node
+        (it has stopped), or None."""
+        return self._endpoint.adapter.superseded_by

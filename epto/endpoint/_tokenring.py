@@ -49,6 +49,7 @@ from ..tokenring._messages import Catchup, DataBatch, Order
 from ._addresses import AddressBook, Directory, with_addresses
 from ._config import Address, endpoint_codec, parse_host_port
 from ._engines import TokenRingAdapter
+from ._handles import EngineHandle
 from ._protocol import Transmit
 from ._streams import StreamFraming
 
@@ -151,17 +152,15 @@ class TokenRingEndpoint:
         (``TokenRingConfig.durability``)."""
         self.resumed: str | None = None
         """What :meth:`resume` said: ``"resumed"``, or why the start has no vote."""
+        self.engine = TokenRingHandle(self)
+        """The token ring's own operations (addresses, the process inside):
+        :class:`~epto.endpoint.TokenRingHandle`."""
 
     # -- identity and addresses -----------------------------------------------
 
     @property
     def pid(self) -> ProcessId:
         return self._pid
-
-    @property
-    def process(self) -> TokenRingProcess:
-        """The sans-IO token-ring process inside (for inspection)."""
-        return self._process
 
     @property
     def stopped(self) -> str | None:
@@ -173,16 +172,14 @@ class TokenRingEndpoint:
         """This member's own address, as its books announce it."""
         self._directory.advertised = address
 
-    def set_address(self, pid: ProcessId, address: Address) -> None:
-        """Where ``pid`` is reached from now on."""
+    def _set_address(self, pid: ProcessId, address: Address) -> None:
         parse_host_port(address)
         self._directory.set(pid, address)
 
     def address_of(self, pid: ProcessId) -> Address | None:
         return self._directory.addresses.get(pid)
 
-    def addresses(self) -> dict[ProcessId, Address]:
-        """Where this member reaches each process it knows of."""
+    def _addresses_known(self) -> dict[ProcessId, Address]:
         return dict(self._directory.addresses)
 
     # -- inputs -------------------------------------------------------------
@@ -209,9 +206,6 @@ class TokenRingEndpoint:
 
     def handle_timer(self, now: float) -> None:
         self._process.handle_timer(now)
-
-    def leave(self, now: float) -> None:
-        pass  # a member that goes is excluded by the others' view change
 
     # -- the member's vote -----------------------------------------------------
 
@@ -243,7 +237,7 @@ class TokenRingEndpoint:
     def get_timer(self) -> float:
         return self._process.get_timer()
 
-    def datagrams_to_send(self, now: float) -> list[Transmit]:
+    def frames_to_send(self, now: float) -> list[Transmit]:
         out = self._framing.frames(self._process.messages_to_send(), _split)
         self._watch_view(out)
         self._book_changed = False
@@ -298,9 +292,6 @@ class TokenRingEndpoint:
 
     def flushed(self) -> bool:
         return self.adapter.flushed()
-
-    def holds_token(self) -> bool:
-        return self._process.holds_token()
 
     def statistics(self) -> TokenRingEndpointStatistics:
         s = self._process.statistics()
@@ -362,3 +353,32 @@ def split_encode(
         return split_encode(codec, sender, first, to=to) + split_encode(
             codec, sender, second, to=to
         )
+
+
+class TokenRingHandle(EngineHandle):
+    """The token ring's own operations (:class:`~epto.endpoint.TokenRingEndpoint`)."""
+
+    __slots__ = ("_endpoint",)
+
+    def __init__(self, endpoint: TokenRingEndpoint) -> None:
+        super().__init__()
+        self._endpoint = endpoint
+
+    def set_address(self, pid: ProcessId, address: Address) -> None:
+        """Where ``pid`` is reached from now on (the next connection uses it)."""
+        with self._input:
+            self._endpoint._set_address(pid, address)
+
+    def addresses(self) -> dict[ProcessId, Address]:
+        """Where this member reaches each process it knows of."""
+        with self._input:
+            return self._endpoint._addresses_known()
+
+    @property
+    def process(self) -> TokenRingProcess:
+        """The sans-IO token-ring process inside (for inspection)."""
+        return self._endpoint.adapter.process
+
+    def holds_token(self) -> bool:
+        with self._input:
+            return self._endpoint.adapter.process.holds_token()

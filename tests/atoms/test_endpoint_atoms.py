@@ -66,7 +66,7 @@ def test_overlapping_groups_deliver_pairwise_order_through_frames(sealed: bool) 
     sequences: dict[int, list[epto.EventId]] = {p: [] for p in endpoints}
 
     def turn(pid: int, now: float) -> None:
-        for transmit in endpoints[pid].datagrams_to_send(now):
+        for transmit in endpoints[pid].frames_to_send(now):
             dest = by_address[transmit.address]
             at = max(now + rng.uniform(1, 30), last.get((pid, dest), 0.0))
             last[pid, dest] = at
@@ -80,7 +80,7 @@ def test_overlapping_groups_deliver_pairwise_order_through_frames(sealed: bool) 
         if not mine:
             continue
         group = rng.choice(mine)
-        addressed[endpoints[pid].publish(group, b"m%d" % i, 0.0)] = graph.groups[group]
+        addressed[endpoints[pid].engine.publish(group, b"m%d" % i)] = graph.groups[group]
         turn(pid, 0.0)
     while queue:
         now, _, dest, data = heapq.heappop(queue)
@@ -157,16 +157,16 @@ def test_hostile_changes_and_markers_are_refused_and_counted() -> None:
         (3, ingress, EpochEnd(9, 0, PUBLISHER, 0), "buffer-full"),
     ]
     for sender, receiver, message, fault in hostile:
-        before = dict(endpoints[receiver].process.statistics().rejected)
+        before = dict(endpoints[receiver].engine.process.statistics().rejected)
         (frame,) = codec.encode(sender, message, to=receiver)
         assert endpoints[receiver].receive(frame, 0.0)  # decodes; the process refuses
-        after = endpoints[receiver].process.statistics().rejected
+        after = endpoints[receiver].engine.process.statistics().rejected
         if fault is None:
             assert after == before
         else:
             assert after.get(fault, 0) == before.get(fault, 0) + 1, (message, after)
     for endpoint in endpoints.values():
-        assert endpoint.process.epoch == 0
+        assert endpoint.engine.process.epoch == 0
         assert endpoint.next_delivery() is None
 
 
@@ -182,7 +182,7 @@ def test_groups_change_through_frames() -> None:
     addressed = {}
 
     def turn(pid: int, now: float) -> None:
-        for transmit in endpoints[pid].datagrams_to_send(now):
+        for transmit in endpoints[pid].frames_to_send(now):
             dest = by_address[transmit.address]
             at = max(now + rng.uniform(1, 30), last.get((pid, dest), 0.0))
             last[pid, dest] = at
@@ -192,9 +192,9 @@ def test_groups_change_through_frames() -> None:
 
     def publish_all(now: float) -> None:
         for pid, endpoint in endpoints.items():
-            for group in sorted(endpoint.process.groups):
-                eid = endpoint.publish(group, b"m", now)
-                addressed[eid] = endpoint.process.members(group)
+            for group in sorted(endpoint.engine.process.groups):
+                eid = endpoint.engine.publish(group, b"m")
+                addressed[eid] = endpoint.engine.process.members(group)
             turn(pid, now)
 
     def run(until: float) -> None:
@@ -205,10 +205,10 @@ def test_groups_change_through_frames() -> None:
 
     publish_all(0.0)
     coordinator = endpoints[1]
-    assert coordinator.add_group(3, {3, 4, 5}, 5.0) == 1
+    assert coordinator.engine.add_group(3, {3, 4, 5}) == 1
     turn(1, 5.0)
     publish_all(6.0)
-    assert coordinator.remove_group(0, 10.0) == 2
+    assert coordinator.engine.remove_group(0) == 2
     turn(1, 10.0)
     publish_all(11.0)
     run(float("inf"))
@@ -216,6 +216,6 @@ def test_groups_change_through_frames() -> None:
     assert report.ok, report.summary()
     assert report.deliveries == sum(len(m) for m in addressed.values())
     for endpoint in endpoints.values():
-        assert endpoint.process.epoch == 2 and endpoint.flushed()
+        assert endpoint.engine.process.epoch == 2 and endpoint.flushed()
         assert endpoint.statistics().rejected == {}
         assert endpoint.get_timer() == float("inf")  # no detector, no timer

@@ -97,8 +97,8 @@ class Group(ABC):
             )
         for pid in pids:
             for other in self.live:
-                self.node(pid).add_member(other, self.address(other))
-                self.node(other).add_member(pid, self.address(pid))
+                self.node(pid).engine.add_member(other, self.address(other))
+                self.node(other).engine.add_member(pid, self.address(pid))
 
     def bind_for(self, pid: int) -> Any:
         return "127.0.0.1:0"

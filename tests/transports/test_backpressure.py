@@ -69,8 +69,8 @@ async def test_drop_policy_counts_and_keeps_running() -> None:
 def test_zmq_fail_policy() -> None:
     one, two = configs("fail", ("127.0.0.1:0", "127.0.0.1:0"))
     with ZmqNode(one) as a, ZmqNode(two) as b:
-        a.add_member(2, b.address)
-        b.add_member(1, a.address)
+        a.engine.add_member(2, b.address)
+        b.engine.add_member(1, a.address)
         for i in range(8):
             a.broadcast(b"%d" % i)
         deadline = time.monotonic() + 10

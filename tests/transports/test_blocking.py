@@ -30,11 +30,23 @@ from .conformance import SCENARIOS, Group, Transport, thread_group
 WAIT = 30.0
 
 
+class _EngineInThread:
+    """The engine handle's operations the conformance suite calls, run in
+    the node's thread."""
+
+    def __init__(self, node: BlockingNode) -> None:
+        self._node = node
+
+    def add_member(self, pid: int, address: str) -> None:
+        self._node.run_sync(lambda: self._node.node.engine.add_member(pid, address))  # type: ignore[union-attr]
+
+
 class _EptoBlockingNode(BlockingNode):
     """What the conformance suite calls on a node of a thread transport."""
 
-    def add_member(self, pid: int, address: str) -> None:
-        self.run_sync(self.node.add_member, pid, address)  # type: ignore[union-attr]
+    @property
+    def engine(self) -> _EngineInThread:
+        return _EngineInThread(self)
 
 
 def _push_garbage(node: Any, datagrams: list[bytes]) -> None:

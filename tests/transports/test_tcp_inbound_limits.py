@@ -66,7 +66,7 @@ async def cluster(
             nodes[pid] = await stack.enter_async_context(TokenRingNode(cfg))
         for node in nodes.values():
             for pid, other in nodes.items():
-                node.set_address(pid, other.address)
+                node.engine.set_address(pid, other.address)
         yield nodes
         for node in nodes.values():
             node.abort()
@@ -301,7 +301,9 @@ async def test_a_stream_whose_first_frame_passes_is_cut_after_the_idle_timeout(
             # An address frame from "member 7": it passes (sealed under the
             # group key, or plain in a group without one), then nothing.
             await stream.send_all(opener(7, 1, sealed=sealed))
-            await until(lambda: node.statistics().frames_received == 1 and 7 in node.addresses())
+            await until(
+                lambda: node.statistics().frames_received == 1 and 7 in node.engine.addresses()
+            )
             assert await closed_by_peer(stream)
             await stream.aclose()
             assert node.statistics().connections_refused == {"idle-timeout": 1}
@@ -319,7 +321,7 @@ async def test_a_first_frame_that_does_not_authenticate_closes_the_stream() -> N
             stats = node.statistics()
             assert stats.connections_refused == {"handshake-rejected": 1}
             assert stats.rejected.get("unsealed") == 1
-            assert 7 not in node.addresses()
+            assert 7 not in node.engine.addresses()
 
 
 @pytest.mark.trio

@@ -71,10 +71,6 @@ class FloodEndpoint:
     def pid(self) -> ProcessId:
         return self._pid
 
-    @property
-    def stopped(self) -> str | None:
-        return None
-
     def address_of(self, pid: ProcessId) -> str | None:
         return None if pid in self.removed else self._book.get(pid)
 
@@ -139,7 +135,7 @@ class FloodEndpoint:
 
     # -- outputs
 
-    def datagrams_to_send(self, now: float) -> list[Transmit]:
+    def frames_to_send(self, now: float) -> list[Transmit]:
         out, self._out = self._out, []
         return out
 

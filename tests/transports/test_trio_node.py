@@ -234,11 +234,11 @@ async def test_a_new_identity_joins_through_one_contact(sealed: bool) -> None:
             stats = nodes[1].statistics()
             assert 4 in stats.members and stats.view > view
             await wait_until(
-                lambda: all(4 in nodes[pid].addresses() for pid in (1, 2, 3)), "learned"
+                lambda: all(4 in nodes[pid].engine.addresses() for pid in (1, 2, 3)), "learned"
             )
             for pid, node in nodes.items():
-                assert node.addresses().get(4, joiner.address) == joiner.address
-                assert set(node.addresses()) >= {1, 2, 3, 4} - {pid}
+                assert node.engine.addresses().get(4, joiner.address) == joiner.address
+                assert set(node.engine.addresses()) >= {1, 2, 3, 4} - {pid}
             after: set[tuple[int, int]] = set()
             async with trio.open_nursery() as nursery:
                 for pid, node in nodes.items():
@@ -319,7 +319,9 @@ async def test_joiners_known_to_different_contacts_learn_each_other() -> None:
                 "both admitted",
             )
             await wait_until(
-                lambda: all(set(n.addresses()) >= {1, 2, 3, 4, 5} - {p} for p, n in nodes.items()),
+                lambda: all(
+                    set(n.engine.addresses()) >= {1, 2, 3, 4, 5} - {p} for p, n in nodes.items()
+                ),
                 "every address known everywhere",
             )
             sent: set[tuple[int, int]] = set()
@@ -351,7 +353,7 @@ async def test_address_books_fill_gaps_and_senders_speak_for_themselves() -> Non
 
     with trio.fail_after(10):
         async with ring((1, 2), False) as (_stack, nodes):
-            before = nodes[1].addresses()
+            before = nodes[1].engine.addresses()
             stream = await trio.open_tcp_stream(*parse_host_port(nodes[1].address))
             await stream.send_all(
                 framed(
@@ -364,8 +366,10 @@ async def test_address_books_fill_gaps_and_senders_speak_for_themselves() -> Non
                 )
             )
             await stream.send_all(framed(7, (7, "127.0.0.1:4568")))
-            await wait_until(lambda: nodes[1].addresses().get(7) == "127.0.0.1:4568", "7 moved")
-            book = nodes[1].addresses()
+            await wait_until(
+                lambda: nodes[1].engine.addresses().get(7) == "127.0.0.1:4568", "7 moved"
+            )
+            book = nodes[1].engine.addresses()
             assert book[2] == before[2] and book[8] == "127.0.0.1:5555"
             assert book[1] == before[1] and 6 not in book
             assert nodes[1].statistics().rejected.get("bad-address") == 1

@@ -43,7 +43,7 @@ async def test_contexts_exit_after_delivery_and_end_iteration() -> None:
         async with trio.open_nursery() as readers, nodes[1], nodes[2], nodes[3]:
             for node in nodes.values():
                 for pid, other in nodes.items():
-                    node.set_address(pid, other.address)
+                    node.engine.set_address(pid, other.address)
                 readers.start_soon(read_all, node, seqs[node.pid])
             for i in range(5):
                 for node in nodes.values():

@@ -44,7 +44,7 @@ async def cluster(sealed: bool = False) -> AsyncIterator[dict[int, TokenRingNode
             nodes[pid] = await stack.enter_async_context(TokenRingNode(config))
         for node in nodes.values():
             for pid, other in nodes.items():
-                node.set_address(pid, other.address)
+                node.engine.set_address(pid, other.address)
         yield nodes
         for node in nodes.values():
             node.abort()

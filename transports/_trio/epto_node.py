@@ -17,7 +17,7 @@ import attrs
 import trio
 
 from epto import LocalProtocolError, ProcessId, SupersededError
-from epto.endpoint import Address, EptoEndpoint, NodeConfig
+from epto.endpoint import EptoEndpoint, EptoHandle, NodeConfig
 
 from .._loop import fresh_rng
 from .._statistics import TransportStatistics, epto_statistics, require_epto
@@ -56,7 +56,7 @@ class TrioEptoNode(TrioDriver):
 
     def _stopped_error(self, reason: str) -> Exception:
         epto = self._epto
-        if epto is not None and epto.superseded_by is not None:
+        if epto is not None and epto.engine.superseded_by is not None:
             return SupersededError(f"the node stopped: {reason}")
         return LocalProtocolError(f"the node stopped: {reason}")
 
@@ -69,22 +69,12 @@ class TrioEptoNode(TrioDriver):
     def pid(self) -> ProcessId:
         return self.config.pid
 
-    def add_member(self, pid: ProcessId, address: Address) -> None:
-        """Add a member to a full view (Cyclon learns members by itself)."""
-        self._require_epto().add_member(pid, address)
-
-    def remove_member(self, pid: ProcessId) -> None:
-        self._require_epto().remove_member(pid)
-
-    def advance_clock(self, ts: int) -> None:
-        """Move the EpTO clock to at least ``ts`` (:meth:`epto.epidemic.Process.advance_clock`)."""
-        self._require_epto().advance_clock(ts)
-
-    def resume_after(self, ts: int) -> None:
-        """Deliver and broadcast only after ``ts``, what an earlier start of
-        this member delivered last (:meth:`epto.epidemic.Process.resume_after`). Call it
-        right after entering the node, before the first round."""
-        self._require_epto().resume_after(ts)
+    @property
+    def engine(self) -> EptoHandle:
+        """EpTO's own operations (:class:`epto.endpoint.EptoHandle`: a full
+        view's members, the clock, a restart's resumption), once started;
+        each is refused unless the node runs."""
+        return self._require_epto().engine
 
     @property
     def incarnation(self) -> int:

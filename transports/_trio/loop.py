@@ -13,6 +13,12 @@ the clock (:meth:`TrioDriver._now` and its offset to ``trio.current_time()``),
 the sockets (:meth:`TrioDriver._open_link`, :meth:`TrioDriver._close_link`),
 its receiving tasks, and :meth:`TrioDriver._send`.
 
+An endpoint with an engine handle (``endpoint.engine``, an
+:class:`epto.endpoint.EngineHandle`) gets the node's input path attached:
+an operation on the handle (adding a member, publishing to one atoms
+group) is refused unless the node runs, and takes a turn soon after, as a
+broadcast does.
+
 An endpoint whose member has a vote to keep (the token ring's:
 ``transports/_ring_durable.py``), in a node with a data directory, gets its
 latest record back before the first turn, and every turn writes the
@@ -23,12 +29,13 @@ before it sends that turn's frames.
 from __future__ import annotations
 
 import math
+from types import TracebackType
 from typing import Self
 
 import trio
 
 from epto import Delivery, EventId, LocalProtocolError, ProcessId
-from epto.endpoint import Endpoint, OverflowPolicy, Transmit
+from epto.endpoint import Endpoint, EngineHandle, OverflowPolicy, Transmit
 
 from .._identity import MemberClaim, claim_member
 from .._loop import DeliveryBuffer, DeliveryOverflowError, DriverLoop
@@ -71,6 +78,9 @@ class TrioDriver(TaskOwner):
         self._offset = self._clock_offset()
         try:
             self._loop = DriverLoop(self._open_endpoint(self._now()), self._buffer)
+            engine = getattr(self._loop.endpoint, "engine", None)
+            if isinstance(engine, EngineHandle):
+                engine.attach(_NodeInput(self))
             self._open_votes(self._loop.endpoint)
             await self._open_link()
             await self._open_tasks()
@@ -94,8 +104,7 @@ class TrioDriver(TaskOwner):
                 while not loop.endpoint.flushed() and self._state == "closing":
                     await self._turned.park()
                 if self._state == "closing":
-                    loop.endpoint.leave(self._now())
-                    out = loop.endpoint.datagrams_to_send(self._now())
+                    out = loop.leave(self._now())
                     self._keep_vote()
                     if out:
                         await self._send(out)
@@ -211,7 +220,7 @@ class TrioDriver(TaskOwner):
             self._keep_vote()
             if out:
                 await self._send(out)
-            gone = loop.endpoint.gone()
+            gone = loop.gone()
             if gone:
                 self._forget(gone)
             if len(self._buffer):
@@ -300,3 +309,28 @@ class TrioDriver(TaskOwner):
 
     def _close_link(self) -> None:
         raise NotImplementedError
+
+
+class _NodeInput:
+    """The input path of a trio node, for its endpoint's engine handle: an
+    operation runs only while the node runs, and a turn follows it soon."""
+
+    __slots__ = ("_node",)
+
+    def __init__(self, node: TrioDriver) -> None:
+        self._node = node
+
+    def __enter__(self) -> None:
+        node = self._node
+        if node._state != "running":
+            raise LocalProtocolError(f"the node is {node._state}")
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            node = self._node
+            node._after_input(node._require_loop())
