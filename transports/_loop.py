@@ -13,6 +13,13 @@ a clock and tasks, and runs this loop over an :class:`epto.endpoint.Endpoint`:
    asks for an early turn only when the endpoint says it may have produced
    output (an :class:`epto.endpoint.Eager` endpoint's ``output_pending``).
 
+Graceful close is written here once (:meth:`DriverLoop.close`): the driver
+stops taking broadcasts and goes on taking turns; the first turn that finds
+the endpoint ``flushed`` leaves the group (an :class:`epto.endpoint.Leaving`
+endpoint tells it) and returns the frames saying so with its own
+(:attr:`DriverLoop.left`); the driver sends them and stops. The driver only
+bounds the wait (its ``flush_timeout``) and stops anyway when it ends.
+
 What only some endpoints do (:class:`epto.endpoint.Leaving`,
 :class:`~epto.endpoint.Stoppable`, :class:`~epto.endpoint.Eager`,
 :class:`~epto.endpoint.ViewAware`) the loop asks for once, when it is built;
@@ -117,6 +124,10 @@ class DriverLoop:
         self._stoppable = endpoint if isinstance(endpoint, Stoppable) else None
         self._leave = endpoint.leave if isinstance(endpoint, Leaving) else None
         self._gone = endpoint.gone if isinstance(endpoint, ViewAware) else None
+        self._flushing = False
+        self.left = False
+        """The graceful close is done: the endpoint was flushed and left
+        (the frames saying so came out of that turn)."""
         self.datagrams_received = 0
         self.datagrams_sent = 0
         self.send_failures = 0
@@ -148,12 +159,12 @@ class DriverLoop:
         gone = self._gone
         return gone() if gone is not None else []
 
-    def leave(self, now: float) -> list[Transmit]:
-        """Leave the group (a :class:`~epto.endpoint.Leaving` endpoint tells
-        it) and take the frames saying so."""
-        if self._leave is not None:
-            self._leave(now)
-        return self.endpoint.frames_to_send(now)
+    def close(self) -> None:
+        """Begin a graceful close (the driver takes no more broadcasts): the
+        first :meth:`turn` that finds the endpoint flushed leaves the group
+        and sets :attr:`left`; the driver sends that turn's frames and stops."""
+        if not self.left:
+            self._flushing = True
 
     def deadline(self) -> float:
         return self.endpoint.get_timer()
@@ -166,6 +177,13 @@ class DriverLoop:
             endpoint.handle_timer(now)
         out = endpoint.frames_to_send(now)
         self.buffer.fill(endpoint.next_delivery)
+        if self._flushing and endpoint.flushed():
+            # Flushed: leave, and send the goodbyes with this turn's frames.
+            self._flushing = False
+            self.left = True
+            if self._leave is not None:
+                self._leave(now)
+                out += endpoint.frames_to_send(now)
         return out
 
     def stopped(self) -> str | None:

@@ -133,14 +133,18 @@ class ZmqNode(SyncNodeLifecycle):
 
     def close(self, timeout: float | None = None) -> None:
         """Stop broadcasting, keep running rounds until this node's events have
-        been gossiped TTL rounds (at most ``flush_timeout`` seconds), then stop."""
+        been gossiped TTL rounds (at most ``flush_timeout`` seconds), then stop
+        (:meth:`~._loop.DriverLoop.close`: the poller thread's turn that
+        finds the endpoint flushed leaves and sends the goodbyes)."""
         flush = self.config.flush_timeout if timeout is None else timeout
         with self._cond:
             if self._state == "running":
                 self._state = "closing"
+                self._loop.close()
+                with contextlib.suppress(OSError):
+                    self._wake_w.send(b"c")  # a turn now: a flushed node leaves at once
                 deadline = time.monotonic() + flush
-                # The poller thread leaves (and says so to Cyclon peers) once flushed.
-                while self._state == "closing":
+                while self._state == "closing" and not self._loop.left:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
@@ -247,11 +251,8 @@ class ZmqNode(SyncNodeLifecycle):
                         self._members_changed = False
                         self._connect_members()
                     out = loop.turn(self._now())
-                    if self._state == "closing" and self._endpoint.flushed():
-                        out += loop.leave(self._now())
-                        self._state = "left"
                     self._send(out)
-                    self._cond.notify_all()  # readers, and close() waiting for "left"
+                    self._cond.notify_all()  # readers, and close() waiting for loop.left
                     if loop.stopped() is not None:
                         self._state = "closed"
                         return

@@ -93,22 +93,22 @@ class TrioDriver(TaskOwner):
 
     async def aclose(self) -> None:
         """Stop broadcasting; go on (at most ``flush_timeout`` seconds) until
-        the endpoint says its own broadcasts are safe, then leave and stop."""
+        the endpoint says its own broadcasts are safe, then leave and stop
+        (:meth:`~._loop.DriverLoop.close`: the turn that finds the endpoint
+        flushed leaves and sends the goodbyes)."""
         if self._state != "running":
             self.abort()
             return
         self._state = "closing"
         loop = self._require_loop()
+        loop.close()
+        self._poke()  # a turn now: an endpoint already flushed leaves at once
         try:
             with trio.move_on_after(self._flush_timeout):
-                while not loop.endpoint.flushed() and self._state == "closing":
+                while not loop.left and self._state == "closing":
                     await self._turned.park()
-                if self._state == "closing":
-                    out = loop.leave(self._now())
-                    self._keep_vote()
-                    if out:
-                        await self._send(out)
-                        await self._sent()
+                if loop.left and self._state == "closing":
+                    await self._sent()
         finally:
             # Also when the code that entered the node is cancelled meanwhile:
             # the tasks stop and the sockets are closed.
