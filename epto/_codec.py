@@ -108,19 +108,28 @@ class FrameCodec:
         """The frames carrying ``message`` from ``sender``.
 
         A ball (any ``dict`` of ``EventId -> (Event, ttl)``) may need several
-        frames; every other kind takes exactly one. With a sealer and ``to``,
-        the frames are bound to receiver ``to``. Raises
-        :class:`LocalProtocolError` if the message breaks the limits.
+        frames; so may a message whose kind has a splitting rule
+        (``FrameKind.split``: the parts, in order, halved again as needed);
+        every other kind takes exactly one. With a sealer and ``to``, the
+        frames are bound to receiver ``to``. Raises
+        :class:`LocalProtocolError` if the message breaks the limits (and
+        cannot be split so that its parts do not).
         """
         if isinstance(message, Mapping):
             return self.encode_ball(sender, message, to=to)
         kind = self.registry.by_type(type(message))
-        body = kind.encode(message, self.limits)
-        if len(body) > self._body_budget:
-            raise LocalProtocolError(
-                f"{kind.name} body of {len(body)} bytes exceeds the frame budget "
-                f"{self._body_budget}"
-            )
+        try:
+            body = kind.encode(message, self.limits)
+            if len(body) > self._body_budget:
+                raise LocalProtocolError(
+                    f"{kind.name} body of {len(body)} bytes exceeds the frame budget "
+                    f"{self._body_budget}"
+                )
+        except LocalProtocolError:
+            parts = kind.split(message) if kind.split is not None else None
+            if parts is None:
+                raise
+            return self.encode(sender, parts[0], to=to) + self.encode(sender, parts[1], to=to)
         return [self._wrap(kind.code, sender, body, to)]
 
     def encode_ball(

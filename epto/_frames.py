@@ -191,6 +191,10 @@ Encoder = Callable[[Any, Limits], bytes]
 """Body encoder: message and limits to body bytes (raise LocalProtocolError if too big)."""
 Decoder = Callable[[Reader, Limits], Any]
 """Body decoder: reads the whole body through the reader (which the caller finishes)."""
+Splitter = Callable[[Any], "tuple[Any, Any] | None"]
+"""A kind's splitting rule: a message too big for one frame as two parts,
+in order, such that receiving the parts one after the other is receiving
+the whole; None when it cannot be split."""
 
 
 @attrs.frozen(kw_only=True, slots=True)
@@ -202,6 +206,10 @@ class FrameKind:
     type: type[Any]
     encode: Encoder
     decode: Decoder
+    split: Splitter | None = None
+    """How a message of this kind too big for one frame is split
+    (:class:`~epto._codec.FrameCodec` encodes the parts, halving again as
+    needed); None: it is not."""
 
     @code.validator
     def _check_code(self, _attribute: object, value: int) -> None:

@@ -105,6 +105,9 @@ EXPORTS: dict[str, frozenset[str]] = {
             "TokenRingStatistics",
             "TokenState",
             "choose_mode",
+            "decode_durable",
+            "encode_durable",
+            "splitting_registry",
             "token_ring_registry",
         }
     ),
@@ -213,7 +216,6 @@ EXPORTS: dict[str, frozenset[str]] = {
             "ViewAware",
             "join_host_port",
             "parse_host_port",
-            "split_encode",
         }
     ),
     "epto.atoms": frozenset(

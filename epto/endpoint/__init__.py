@@ -56,7 +56,6 @@ from ._tokenring import OPENER_MAX as OPENER_MAX
 from ._tokenring import TokenRingEndpoint as TokenRingEndpoint
 from ._tokenring import TokenRingEndpointStatistics as TokenRingEndpointStatistics
 from ._tokenring import TokenRingHandle as TokenRingHandle
-from ._tokenring import split_encode as split_encode
 
 __all__ = [
     "OPENER_MAX",
@@ -88,5 +87,4 @@ __all__ = [
     "ViewAware",
     "join_host_port",
     "parse_host_port",
-    "split_encode",
 ]

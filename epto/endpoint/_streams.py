@@ -25,9 +25,6 @@ from .._limits import Limits
 from ._addresses import AddressBook, Directory
 from ._protocol import Transmit
 
-Encode = Callable[[FrameCodec, ProcessId, object, ProcessId], list[bytes]]
-"""How one message becomes frames for one receiver (the token ring splits)."""
-
 
 def check_payload(limits: Limits, payload: bytes) -> None:
     """Refuse a payload no frame could carry, before the engine sees it."""
@@ -36,10 +33,6 @@ def check_payload(limits: Limits, payload: bytes) -> None:
         raise LocalProtocolError(
             f"payload of {len(payload)} bytes exceeds limits.max_payload_size={limit}"
         )
-
-
-def _plain(codec: FrameCodec, me: ProcessId, message: object, dest: ProcessId) -> list[bytes]:
-    return codec.encode(me, message, to=dest)
 
 
 class StreamFraming:
@@ -67,15 +60,14 @@ class StreamFraming:
             feed(frame.sender, frame.message)
         return True
 
-    def frames(
-        self, messages: Iterable[tuple[ProcessId, object]], encode: Encode = _plain
-    ) -> list[Transmit]:
-        """The frames of ``(destination, message)`` pairs, to every process but this one."""
+    def frames(self, messages: Iterable[tuple[ProcessId, object]]) -> list[Transmit]:
+        """The frames of ``(destination, message)`` pairs, to every process but
+        this one (a kind with a splitting rule may take several)."""
         out: list[Transmit] = []
         me = self.pid
-        codec = self.codec
+        encode = self.codec.encode
+        shared = self.codec.sealer is None
         addresses = self.directory.addresses
-        shared = codec.sealer is None
         encoded: dict[int, list[bytes]] = {}
         for dest, message in messages:
             if dest == me:
@@ -83,7 +75,7 @@ class StreamFraming:
             frames = encoded.get(id(message)) if shared else None
             if frames is None:
                 try:
-                    frames = encode(codec, me, message, dest)
+                    frames = encode(me, message, to=dest)
                 except LocalProtocolError:
                     self.encode_failures += 1
                     continue

@@ -7,8 +7,10 @@ The token ring assumes reliable FIFO links (a stream transport: TCP). Rules:
   process sequences it (nobody else could receive it);
 * every frame is encoded for its receiver; a catch-up, a batch of broadcasts
   or an order notice too big for one frame is split in halves, in order, so
-  that receiving the parts one after the other is receiving the whole
-  (:func:`split_encode`); without a sealer a message sent to several
+  that receiving the parts one after the other is receiving the whole (the
+  rules are registered with the message kinds,
+  :func:`epto.tokenring.splitting_registry`, and the codec applies them);
+  without a sealer a message sent to several
   members is encoded once;
 * addresses travel in frames of their own (:mod:`._addresses`): every new
   stream opens with this member's own address, small enough for a
@@ -22,7 +24,7 @@ The token ring assumes reliable FIFO links (a stream transport: TCP). Rules:
   ``TokenRingConfig.allowed_joiners`` says otherwise);
 * flushed: every broadcast of this member was delivered here, so the group
   has sequenced it.
-* the member's vote (:mod:`epto.tokenring._durable`): a driver that keeps it
+* the member's vote (:func:`epto.tokenring.encode_durable`): a driver that keeps it
   (``ring.durability`` not ``"off"``, a data directory) writes every
   :meth:`TokenRingEndpoint.durable_record` before it sends the frames of the
   same turn, and hands a restart the latest record it kept
@@ -37,15 +39,18 @@ from typing import Any
 
 import attrs
 
-from .._codec import FrameCodec
-from .._errors import LocalProtocolError
 from .._event import Delivery, EventId, ProcessId
 from .._limits import Limits
 from .._seal import GroupKey
 from .._signing import EventSigner, SignatureVerifier
-from ..tokenring import TokenRingConfig, TokenRingProcess, TokenRingStatistics, token_ring_registry
-from ..tokenring._durable import decode_durable, encode_durable
-from ..tokenring._messages import Catchup, DataBatch, Order
+from ..tokenring import (
+    TokenRingConfig,
+    TokenRingProcess,
+    TokenRingStatistics,
+    decode_durable,
+    encode_durable,
+    splitting_registry,
+)
 from ._addresses import AddressBook, Directory, with_addresses
 from ._config import Address, endpoint_codec, parse_host_port
 from ._engines import TokenRingAdapter
@@ -114,7 +119,7 @@ class TokenRingEndpoint:
             group_key=group_key,
             wall=wall,
             rng=rng,
-            registry=with_addresses(token_ring_registry()),
+            registry=with_addresses(splitting_registry()),
         )
         members = dict(members or {})
         contacts = dict(contacts or {})
@@ -238,7 +243,7 @@ class TokenRingEndpoint:
         return self._process.get_timer()
 
     def frames_to_send(self, now: float) -> list[Transmit]:
-        out = self._framing.frames(self._process.messages_to_send(), _split)
+        out = self._framing.frames(self._process.messages_to_send())
         self._watch_view(out)
         self._book_changed = False
         self._instance = self._process.config.instance
@@ -303,55 +308,6 @@ class TokenRingEndpoint:
             encode_failures=self._framing.encode_failures,
             holds_token=self._process.holds_token(),
             quorum=s.quorum,
-        )
-
-
-def _split(codec: FrameCodec, me: ProcessId, message: object, dest: ProcessId) -> list[bytes]:
-    return split_encode(codec, me, message, to=dest)
-
-
-def split_encode(
-    codec: FrameCodec, sender: ProcessId, message: object, *, to: ProcessId | None
-) -> list[bytes]:
-    """The frames of ``message``; a catch-up, a batch of broadcasts or an order
-    notice too big for one frame is split in halves (in order; each part of a
-    catch-up keeps ``stable`` and ``oldest``, each part of a notice its state,
-    so receiving the parts one after the other is receiving the whole). Raises
-    :class:`LocalProtocolError` when a message still does not fit."""
-    try:
-        return codec.encode(sender, message, to=to)
-    except LocalProtocolError:
-        parts: tuple[object, object] | None = None
-        if isinstance(message, DataBatch) and len(message.events) >= 2:
-            half = len(message.events) // 2
-            parts = (
-                DataBatch(events=message.events[:half]),
-                DataBatch(events=message.events[half:]),
-            )
-        elif isinstance(message, Order) and len(message.assigned) >= 2:
-            # Each part carries the state: learning it twice is learning it once.
-            half = len(message.assigned) // 2
-            parts = (
-                attrs.evolve(message, assigned=message.assigned[:half]),
-                attrs.evolve(message, assigned=message.assigned[half:]),
-            )
-        if parts is not None:
-            return split_encode(codec, sender, parts[0], to=to) + split_encode(
-                codec, sender, parts[1], to=to
-            )
-        if not isinstance(message, Catchup):
-            raise
-        n, m = len(message.entries), len(message.events)
-        if n + m < 2:
-            raise
-        if n >= 2:
-            first = attrs.evolve(message, entries=message.entries[: n // 2], events=())
-            second = attrs.evolve(message, entries=message.entries[n // 2 :])
-        else:
-            first = attrs.evolve(message, events=message.events[: m // 2])
-            second = attrs.evolve(message, entries=(), events=message.events[m // 2 :])
-        return split_encode(codec, sender, first, to=to) + split_encode(
-            codec, sender, second, to=to
         )
 
 

@@ -8,6 +8,8 @@ See docs/token-ring.md.
 from ._config import AUTO_TOKEN_RING_MAX_GROUP as AUTO_TOKEN_RING_MAX_GROUP
 from ._config import TokenRingConfig as TokenRingConfig
 from ._config import choose_mode as choose_mode
+from ._durable import decode_durable as decode_durable
+from ._durable import encode_durable as encode_durable
 from ._frames import TOKEN_RING_KINDS as TOKEN_RING_KINDS
 from ._frames import token_ring_registry as token_ring_registry
 from ._membership import Role as Role
@@ -15,6 +17,7 @@ from ._messages import RingConfig as RingConfig
 from ._messages import TokenState as TokenState
 from ._process import TokenRingProcess as TokenRingProcess
 from ._process import TokenRingStatistics as TokenRingStatistics
+from ._split import splitting_registry as splitting_registry
 from ._stats import OptimisticStatistics as OptimisticStatistics
 
 __all__ = [
@@ -28,5 +31,8 @@ __all__ = [
     "TokenRingStatistics",
     "TokenState",
     "choose_mode",
+    "decode_durable",
+    "encode_durable",
+    "splitting_registry",
     "token_ring_registry",
 ]

@@ -160,17 +160,16 @@ async def test_hostile_streams_are_counted_and_dropped() -> None:
 
 def test_a_catchup_too_big_for_one_frame_is_split_in_order() -> None:
     from epto import Event, Limits
-    from epto.endpoint import split_encode as encode_split
-    from epto.tokenring import token_ring_registry
+    from epto.tokenring import splitting_registry
     from epto.tokenring._messages import Catchup
     from epto.wire import FrameCodec
 
     limits = Limits.for_frame_size(4096)
-    codec = FrameCodec(group=1, limits=limits, registry=token_ring_registry())
+    codec = FrameCodec(group=1, limits=limits, registry=splitting_registry())
     entries = tuple((i, Event(source=1, seq=i, ts=0, payload=bytes(100))) for i in range(200))
     extra = (Event(source=2, seq=0, ts=0, payload=b"x"),)
     message = Catchup(entries=entries, events=extra, stable=150, oldest=3)
-    frames = encode_split(codec, 1, message, to=2)
+    frames = codec.encode(1, message, to=2)
     assert len(frames) > 1
     parts = [codec.decode(f).message for f in frames]
     assert all(p.stable == 150 and p.oldest == 3 for p in parts)
@@ -180,22 +179,21 @@ def test_a_catchup_too_big_for_one_frame_is_split_in_order() -> None:
 
 def test_a_batch_of_broadcasts_or_a_notice_too_big_for_one_frame_is_split_in_order() -> None:
     from epto import Event, Limits
-    from epto.endpoint import split_encode as encode_split
-    from epto.tokenring import token_ring_registry
+    from epto.tokenring import splitting_registry
     from epto.tokenring._messages import DataBatch, Order, TokenState
     from epto.wire import FrameCodec
 
     limits = Limits.for_frame_size(4096, max_events_per_ball=64)
-    codec = FrameCodec(group=1, limits=limits, registry=token_ring_registry())
+    codec = FrameCodec(group=1, limits=limits, registry=splitting_registry())
     events = tuple(Event(source=1, seq=i, ts=0, payload=bytes(100)) for i in range(200))
-    frames = encode_split(codec, 1, DataBatch(events=events), to=2)
+    frames = codec.encode(1, DataBatch(events=events), to=2)
     assert len(frames) > 1
     parts = [codec.decode(f).message for f in frames]
     assert tuple(e for p in parts for e in p.events) == events
     state = TokenState(instance=1, hop=3, next_seq=500, low=500, stable=500, batches=())
     # Scattered assignments (no runs): more than 64 do not fit one list.
     assigned = tuple((i, (i % 7, i)) for i in range(300))
-    frames = encode_split(codec, 1, Order(state=state, assigned=assigned), to=2)
+    frames = codec.encode(1, Order(state=state, assigned=assigned), to=2)
     assert len(frames) > 1
     notices = [codec.decode(f).message for f in frames]
     assert all(n.state == state for n in notices)

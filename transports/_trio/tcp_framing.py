@@ -2,7 +2,7 @@
 
 Every frame on a stream is preceded by its length (uint32, big-endian).
 (Splitting a message too big for one frame is the endpoint's decision:
-:func:`epto.endpoint.split_encode`.) :class:`FrameReader` cuts the bytes
+:func:`epto.tokenring.splitting_registry`.) :class:`FrameReader` cuts the bytes
 read from a stream back into frames (sans-IO: it never reads, it is fed).
 """
 
