@@ -47,6 +47,8 @@ class AtomsNode(TcpNode[AtomsEndpoint]):
     (by default those of ``addresses``), ``coordinator`` and
     ``suspect_after`` (the crash detector's silence, seconds) are
     :class:`epto.atoms.AtomsProcess`'s and must be the same at every node.
+    A signed group sets ``signing_key`` and ``roster`` at every node
+    (docs/security.md).
     """
 
     mode = "atoms"
@@ -64,6 +66,8 @@ class AtomsNode(TcpNode[AtomsEndpoint]):
         nodes: Collection[ProcessId] | None = None,
         coordinator: ProcessId | None = None,
         suspect_after: float | None = None,
+        signing_key: bytes | None = None,
+        roster: Mapping[ProcessId, bytes] | None = None,
     ) -> None:
         if pid not in addresses:
             raise LocalProtocolError(f"addresses has no entry for this node ({pid})")
@@ -85,6 +89,8 @@ class AtomsNode(TcpNode[AtomsEndpoint]):
                 nodes=nodes,
                 coordinator=coordinator,
                 suspect_after=suspect_after,
+                signing_key=signing_key,
+                roster=roster,
             )
 
         super().__init__(config, make_endpoint)

@@ -19,9 +19,14 @@
 Layouts (big-endian; docs/wire-format.md, "Sequencing atoms")::
 
     Publish:   group u32 · epoch u32 · origin_seq u64 · payload (u32 length, bytes)
+               [· signature (u8 length, bytes)]
     Sequenced: group u32 · epoch u32 · local u64 · origin u64 · origin_seq u64 ·
                hop u16 · stamps (u16 count, then atom u32 · number u64 each) ·
-               payload (u32 length, bytes)
+               payload (u32 length, bytes) [· signature (u8 length, bytes)]
+
+The signature (a signed group, docs/security.md) is the origin's, of the
+publication :func:`publication` names; an unsigned message has no such
+field, so its frame is the same with or without signing in the library.
     Change:    epoch u32 · ops (u16 count), each: kind u8 and
                1 add:     group u32 · members (u16 count, then u64 each)
                2 remove:  group u32
@@ -40,6 +45,7 @@ import struct
 import attrs
 
 from .._errors import LocalProtocolError, RemoteProtocolError
+from .._event import Event
 from .._frames import FrameKind, FrameRegistry, Reader
 from .._limits import Limits
 
@@ -79,6 +85,8 @@ class Publish:
     epoch: int
     origin_seq: int
     payload: bytes
+    signature: bytes = b""
+    """The origin's signature of :func:`publication` (empty: unsigned)."""
 
 
 @attrs.frozen(slots=True)
@@ -93,6 +101,8 @@ class Sequenced:
     hop: int
     stamps: tuple[Stamp, ...]
     payload: bytes
+    signature: bytes = b""
+    """The origin's signature of :func:`publication` (empty: unsigned)."""
 
 
 @attrs.frozen(slots=True)
@@ -159,18 +169,45 @@ def _payload(payload: bytes, limits: Limits) -> bytes:
     return _U32.pack(len(payload)) + payload
 
 
+MAX_SIGNATURE = 64
+"""Longest signature field (Ed25519's)."""
+
+
+def publication(
+    origin: int, origin_seq: int, group: int, payload: bytes, signature: bytes
+) -> Event:
+    """What the origin of a publication signs, as an event: its id
+    ``(origin, origin_seq)``, the group as the timestamp (a signature binds
+    the publication to its group), the payload."""
+    return Event(source=origin, seq=origin_seq, ts=group, payload=payload, signature=signature)
+
+
+def _signature(signature: bytes) -> bytes:
+    if not signature:
+        return b""
+    if len(signature) > MAX_SIGNATURE:
+        raise LocalProtocolError(f"a signature of {len(signature)} bytes exceeds {MAX_SIGNATURE}")
+    return _U8.pack(len(signature)) + signature
+
+
+def _read_signature(r: Reader) -> bytes:
+    if not r.remaining:
+        return b""
+    return r.blob(r.u8(), MAX_SIGNATURE, "signature")
+
+
 def _encode_publish(m: Publish, limits: Limits) -> bytes:
     try:
         head = _PUBLISH.pack(m.group, m.epoch, m.origin_seq)
     except struct.error:
         raise LocalProtocolError("Publish: a value is out of range") from None
-    return head + _payload(m.payload, limits)
+    return head + _payload(m.payload, limits) + _signature(m.signature)
 
 
 def _decode_publish(r: Reader, limits: Limits) -> Publish:
     group, epoch, origin_seq = r.unpack(_PUBLISH)
     payload = r.blob(r.u32(), limits.max_payload_size, "payload")
-    return Publish(group, epoch, origin_seq, payload)
+    return Publish(group, epoch, origin_seq, payload, _read_signature(r))
 
 
 def _encode_sequenced(m: Sequenced, limits: Limits) -> bytes:
@@ -183,6 +220,7 @@ def _encode_sequenced(m: Sequenced, limits: Limits) -> bytes:
     except struct.error:
         raise LocalProtocolError("Sequenced: a value is out of range") from None
     parts.append(_payload(m.payload, limits))
+    parts.append(_signature(m.signature))
     return b"".join(parts)
 
 
@@ -191,7 +229,8 @@ def _decode_sequenced(r: Reader, limits: Limits) -> Sequenced:
     n = r.count(2, MAX_STAMPS, _STAMP.size, "stamps")
     stamps = tuple(r.unpack(_STAMP) for _ in range(n))
     payload = r.blob(r.u32(), limits.max_payload_size, "payload")
-    return Sequenced(group, epoch, local, origin, origin_seq, hop, stamps, payload)
+    signature = _read_signature(r)
+    return Sequenced(group, epoch, local, origin, origin_seq, hop, stamps, payload, signature)
 
 
 def _encode_change(m: Change, limits: Limits) -> bytes:

@@ -73,7 +73,7 @@ import copy
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
 import attrs
 
@@ -93,6 +93,7 @@ from ._messages import (
     RemoveGroup,
     ReplaceHost,
     Sequenced,
+    publication,
 )
 
 Message = Publish | Sequenced | Change | EpochEnd | Alive
@@ -178,6 +179,14 @@ class AtomsProcess:
     must be given the same graph, nodes and coordinator. ``suspect_after``
     (seconds, the same at every node) turns on the crash detector (rule 7);
     without it there is no timer.
+
+    A signed group (docs/security.md) passes the hooks every engine takes:
+    ``signer(event) -> signature`` signs this node's publications
+    (:func:`~._messages.publication`), and ``verifier(event) -> fault | None``
+    checks every publication that arrives (from its origin, or on its
+    route) before anything else; a refused one is counted by fault
+    (``bad-signature``, ``unsigned``, ``unknown-source``, ``altered``,
+    ``equivocation``) and dropped.
     """
 
     def __init__(
@@ -189,7 +198,11 @@ class AtomsProcess:
         nodes: Collection[ProcessId] | None = None,
         coordinator: ProcessId | None = None,
         suspect_after: float | None = None,
+        signer: Callable[[Event], bytes] | None = None,
+        verifier: Callable[[Event], str | None] | None = None,
     ) -> None:
+        self._signer = signer
+        self._verifier = verifier
         if suspect_after is not None and not suspect_after > 0:
             raise LocalProtocolError(f"suspect_after must be positive, got {suspect_after!r}")
         self.pid = pid
@@ -293,7 +306,10 @@ class AtomsProcess:
         self._counts["broadcasts"] += 1
         eid = (self.pid, seq)
         self._own[eid] = self._latest
-        message = Publish(group, self._latest, seq, payload)
+        signature = b""
+        if self._signer is not None:
+            signature = self._signer(publication(self.pid, seq, group, payload, b""))
+        message = Publish(group, self._latest, seq, payload, signature)
         ingress = state.layout.ingress[group]
         if ingress == self.pid:
             self._on_publish(state, self.pid, message)
@@ -312,7 +328,11 @@ class AtomsProcess:
             and sender != self.pid
         ):
             self._heard[sender] = now
-        fault = self._receive(sender, message)
+        fault = None
+        if self._verifier is not None:
+            fault = self._verify(sender, message)
+        if fault is None:
+            fault = self._receive(sender, message)
         if fault is not None:
             self._rejected[fault] = self._rejected.get(fault, 0) + 1
 
@@ -371,6 +391,20 @@ class AtomsProcess:
         return change.epoch
 
     # -- dispatch and checks ---------------------------------------------------
+
+    def _verify(self, sender: ProcessId, m: object) -> str | None:
+        """The verifier's fault for a publication (from its origin, or on
+        its route), else None."""
+        assert self._verifier is not None
+        if type(m) is Publish:
+            return self._verifier(
+                publication(sender, m.origin_seq, m.group, m.payload, m.signature)
+            )
+        if type(m) is Sequenced:
+            return self._verifier(
+                publication(m.origin, m.origin_seq, m.group, m.payload, m.signature)
+            )
+        return None
 
     def _receive(self, sender: ProcessId, m: object) -> str | None:
         if sender in self._dead:
@@ -469,7 +503,9 @@ class AtomsProcess:
         local = state.local_next[m.group]
         state.local_next[m.group] = local + 1
         self._counts["sequenced"] += 1
-        sequenced = Sequenced(m.group, m.epoch, local, origin, m.origin_seq, 0, (), m.payload)
+        sequenced = Sequenced(
+            m.group, m.epoch, local, origin, m.origin_seq, 0, (), m.payload, m.signature
+        )
         self._on_route(state, sequenced)
 
     def _on_route(self, state: _Epoch, m: Sequenced) -> None:

@@ -38,6 +38,7 @@ from ._config import Address, endpoint_codec
 from ._engines import AtomsAdapter
 from ._handles import EngineHandle
 from ._protocol import Transmit
+from ._signatures import Signatures
 from ._streams import StreamFraming
 
 
@@ -65,7 +66,12 @@ class AtomsEndpoint:
     sealer's nonce counter. ``nodes`` and
     ``coordinator`` are :class:`epto.atoms.AtomsProcess`'s (by default the
     nodes of ``addresses`` and the smallest of them), and so is
-    ``suspect_after``, the crash detector's silence (none by default).
+    ``suspect_after``, the crash detector's silence (none by default). A
+    signed group sets ``signing_key`` (this node's Ed25519 private key) and
+    ``roster`` (every node's public key) at every node, as for the other
+    engines (:mod:`._signatures`): publications are signed by their origin
+    and checked on arrival, and a refused one is counted in
+    ``statistics().rejected``.
     """
 
     def __init__(
@@ -85,9 +91,12 @@ class AtomsEndpoint:
         nodes: Collection[ProcessId] | None = None,
         coordinator: ProcessId | None = None,
         suspect_after: float | None = None,
+        signing_key: bytes | None = None,
+        roster: Mapping[ProcessId, bytes] | None = None,
     ) -> None:
         self._pid = pid
         self.limits = limits
+        signatures = Signatures(pid, signing_key, roster)
         self._process = AtomsProcess(
             pid,
             graph,
@@ -95,6 +104,8 @@ class AtomsEndpoint:
             nodes=addresses.keys() if nodes is None else nodes,
             coordinator=coordinator,
             suspect_after=suspect_after,
+            signer=signatures.signer,
+            verifier=signatures.check,
         )
         self.adapter = AtomsAdapter(self._process, limits=limits)
         """The process at the message level: the payload limit, flushed

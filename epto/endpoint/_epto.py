@@ -42,7 +42,6 @@ import attrs
 from .._errors import LocalProtocolError, RemoteProtocolError
 from .._event import Delivery, EventId, ProcessId
 from .._incarnation import next_incarnation
-from .._signing import EventSigner, SignatureVerifier
 from ..epidemic._cyclon import CyclonConfig
 from ..epidemic._node import Node
 from ..epidemic._peer_messages import PeerDescriptor
@@ -51,6 +50,7 @@ from ._config import Address, NodeConfig
 from ._engines import EptoAdapter
 from ._handles import EngineHandle
 from ._protocol import Transmit
+from ._signatures import Signatures
 
 
 @attrs.frozen(kw_only=True, slots=True)
@@ -96,12 +96,9 @@ class EptoEndpoint:
             config.incarnation if config.incarnation is not None else next_incarnation(None, now)
         )
         seed = config.seed if config.seed is not None else rng.getrandbits(64)
-        signer = (
-            EventSigner(config.pid, config.signing_key).signature
-            if config.signing_key is not None
-            else None
-        )
-        self._verifier = SignatureVerifier(config.roster) if config.roster is not None else None
+        signatures = Signatures(config.pid, config.signing_key, config.roster)
+        signer = signatures.signer
+        self._verifier = signatures.verifier
         self._codec = config.codec(now, rng, ball_filter=self._verifier)
         self._shared_frames = self._codec.sealer is None
         self._addresses: dict[ProcessId, Address] = dict(config.members)

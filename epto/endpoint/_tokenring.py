@@ -42,7 +42,6 @@ import attrs
 from .._event import Delivery, EventId, ProcessId
 from .._limits import Limits
 from .._seal import GroupKey
-from .._signing import EventSigner, SignatureVerifier
 from ..tokenring import (
     TokenRingConfig,
     TokenRingProcess,
@@ -56,6 +55,7 @@ from ._config import Address, endpoint_codec, parse_host_port
 from ._engines import TokenRingAdapter
 from ._handles import EngineHandle
 from ._protocol import Transmit
+from ._signatures import Signatures
 from ._streams import StreamFraming
 
 OPENER_MAX = 318
@@ -130,10 +130,11 @@ class TokenRingEndpoint:
         hooks: dict[str, Any] = {}
         hooks["incarnation"] = incarnation
         hooks["restarted"] = restarted
-        if signing_key is not None:
-            hooks["signer"] = EventSigner(pid, signing_key).signature
-        if roster is not None:
-            hooks["verifier"] = SignatureVerifier(roster).check
+        signatures = Signatures(pid, signing_key, roster)
+        if signatures.signer is not None:
+            hooks["signer"] = signatures.signer
+        if signatures.check is not None:
+            hooks["verifier"] = signatures.check
         if contacts:
             self._process = TokenRingProcess(
                 pid, ring, rng=rng, now=now, contacts=sorted(contacts), **hooks
