@@ -42,7 +42,8 @@ from typing import Any, TextIO
 import trio
 from epto.transports.trio_atoms import AtomsNode
 
-from epto.atoms import SequencingGraph
+from epto.atoms import AtomsConfig, SequencingGraph
+from epto.endpoint import NodeConfig
 
 
 def _parse() -> argparse.Namespace:
@@ -70,7 +71,15 @@ async def _run(args: argparse.Namespace) -> None:
     graph = SequencingGraph.build(groups)
     with args.output.open("w") as out:
         async with (
-            AtomsNode(args.id, graph, addresses, seed=args.id, suspect_after=suspect_after) as node,
+            AtomsNode(
+                NodeConfig(
+                    pid=args.id,
+                    members=addresses,
+                    mode="atoms",
+                    atoms=AtomsConfig(graph=graph, suspect_after=suspect_after),
+                    seed=args.id,
+                )
+            ) as node,
             trio.open_nursery() as nursery,
         ):
             process = node.engine.process

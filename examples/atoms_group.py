@@ -26,7 +26,8 @@ from pathlib import Path
 import trio
 from epto.transports.trio_atoms import AtomsNode
 
-from epto.atoms import SequencingGraph
+from epto.atoms import AtomsConfig, SequencingGraph
+from epto.endpoint import NodeConfig
 
 
 def _parse() -> argparse.Namespace:
@@ -47,7 +48,15 @@ async def _run(args: argparse.Namespace) -> None:
     mine = sorted(g for g, members in groups.items() if args.id in members)
     owed = sum(args.messages * len(groups[g]) for g in mine)
     async with (
-        AtomsNode(args.id, graph, addresses, seed=args.id) as node,
+        AtomsNode(
+            NodeConfig(
+                pid=args.id,
+                members=addresses,
+                mode="atoms",
+                atoms=AtomsConfig(graph=graph),
+                seed=args.id,
+            )
+        ) as node,
         trio.open_nursery() as nursery,
     ):
 

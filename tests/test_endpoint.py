@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 
 import epto
-from epto.atoms import SequencingGraph
+from epto.atoms import AtomsConfig, SequencingGraph
 from epto.check import check
 from epto.endpoint import AtomsEndpoint, Endpoint, EptoEndpoint, NodeConfig, TokenRingEndpoint
 from epto.tokenring import TokenRingConfig
@@ -33,32 +33,30 @@ def _epto(pid: int, members: dict[int, str], **fields: object) -> EptoEndpoint:
 
 
 def _ring(pid: int, members: dict[int, str], **fields: object) -> TokenRingEndpoint:
-    return TokenRingEndpoint(
-        pid,
-        TokenRingConfig(),
-        now=0.0,
-        wall=1.0,
+    config = NodeConfig(
+        pid=pid,
         members=members,
+        mode="token-ring",
+        tokenring=TokenRingConfig(),
         limits=epto.Limits.for_frame_size(1 << 20, max_events_per_ball=4096),
-        rng=random.Random(pid),
         **fields,  # type: ignore[arg-type]
     )
+    return TokenRingEndpoint(config, 0.0, rng=random.Random(pid), wall=1.0)
 
 
 def _atoms(pid: int, members: dict[int, str], **fields: object) -> AtomsEndpoint:
     # One group of every member (the harness broadcasts to a node's only
     # group); overlapping groups are tests/atoms/test_endpoint_atoms.py's.
     graph = SequencingGraph.build({0: members})
-    return AtomsEndpoint(
-        pid,
-        graph,
-        addresses=members,
-        now=0.0,
-        wall=1.0,
+    config = NodeConfig(
+        pid=pid,
+        members=members,
+        mode="atoms",
+        atoms=AtomsConfig(graph=graph),
         limits=epto.Limits.for_frame_size(1 << 16),
-        rng=random.Random(pid),
         **fields,  # type: ignore[arg-type]
     )
+    return AtomsEndpoint(config, 0.0, rng=random.Random(pid), wall=1.0)
 
 
 ENGINES: dict[str, Callable[..., Endpoint]] = {

@@ -58,13 +58,10 @@ def test_epto_payload_over_the_limit_is_refused_as_by_a_real_node() -> None:
 def test_token_ring_payload_over_the_limit_is_refused_as_by_a_real_node() -> None:
     ring = Cluster(3, seed=1, config=TokenRingConfig(), limits=LIMITS)
     real = TokenRingEndpoint(
-        0,
-        TokenRingConfig(),
-        now=0.0,
-        wall=1.0,
-        members={0: "a"},
-        limits=LIMITS,
+        NodeConfig(pid=0, members={0: "a"}, mode="token-ring", limits=LIMITS),
+        0.0,
         rng=random.Random(0),
+        wall=1.0,
     )
     assert type(ring.endpoints[0]) is type(real.adapter) is TokenRingAdapter
     assert _refusal(lambda payload, now: ring.broadcast(0, payload)) == _refusal(real.broadcast)
@@ -129,15 +126,14 @@ def test_atoms_adapter_is_the_endpoints() -> None:
 
     graph = SequencingGraph.build({1: [0, 1]})
     sim = Cluster(2, seed=1, config=AtomsConfig(graph=graph), limits=LIMITS)
-    real = AtomsEndpoint(
-        0,
-        graph,
-        addresses={0: "a", 1: "b"},
-        now=0.0,
-        wall=1.0,
+    config = NodeConfig(
+        pid=0,
+        members={0: "a", 1: "b"},
+        mode="atoms",
+        atoms=AtomsConfig(graph=graph),
         limits=LIMITS,
-        rng=random.Random(0),
     )
+    real = AtomsEndpoint(config, 0.0, rng=random.Random(0), wall=1.0)
     assert type(sim.endpoints[0]) is type(real.adapter) is AtomsAdapter
     assert _refusal(lambda payload, now: sim.broadcast(0, payload)) == _refusal(real.broadcast)
 

@@ -5,15 +5,16 @@ assumes).
 ::
 
     graph = SequencingGraph.build({0: {1, 2, 3}, 1: {2, 3, 4}})
-    addresses = {1: "127.0.0.1:9001", 2: "127.0.0.1:9002", ...}
-    async with AtomsNode(2, graph, addresses) as node:
+    members = {1: "127.0.0.1:9001", 2: "127.0.0.1:9002", ...}
+    config = NodeConfig(pid=2, members=members, mode="atoms", atoms=AtomsConfig(graph=graph))
+    async with AtomsNode(config) as node:
         node.engine.publish(1, b"hello")   # to group 1, in the pairwise order
         async for delivery in node:
             print(delivery.event.source, delivery.event.payload)
 
 Every node builds the same graph from the same membership, and every node
-of ``addresses`` must run. The groups change while the nodes run through
-the coordinator (by default the smallest node of ``addresses``)::
+of ``members`` must run. The groups change while the nodes run through
+the coordinator (by default the smallest node of ``members``)::
 
     coordinator.engine.add_group(7, {1, 3, 5})  # a new epoch, installed everywhere
     coordinator.engine.remove_group(0)
@@ -26,13 +27,11 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Collection, Mapping
 
 import attrs
 
-from epto import GroupKey, LocalProtocolError, ProcessId
-from epto.atoms import SequencingGraph
-from epto.endpoint import Address, AtomsEndpoint, AtomsHandle
+from epto import ConfigurationError, Limits, LocalProtocolError
+from epto.endpoint import AtomsEndpoint, AtomsHandle, NodeConfig
 
 from .trio_tcp import TcpNode, TcpNodeConfig
 
@@ -42,59 +41,53 @@ __all__ = ["AtomsNode"]
 class AtomsNode(TcpNode[AtomsEndpoint]):
     """One node of a sequencing-atoms deployment on TCP; an async context manager.
 
-    ``addresses`` maps every node of the deployment to ``"host:port"``; this
-    node listens on its own entry unless ``tcp`` says otherwise. ``nodes``
-    (by default those of ``addresses``), ``coordinator`` and
-    ``suspect_after`` (the crash detector's silence, seconds) are
-    :class:`epto.atoms.AtomsProcess`'s and must be the same at every node.
-    A signed group sets ``signing_key`` and ``roster`` at every node
-    (docs/security.md).
+    Built from one :class:`epto.endpoint.NodeConfig` with ``mode="atoms"``,
+    like every node: ``config.members`` maps every node of the deployment
+    to ``"host:port"`` (this node listens on its own entry unless ``bind``
+    or ``tcp`` says otherwise); ``config.atoms``
+    (:class:`epto.atoms.AtomsConfig`) holds what every node must share: the
+    graph, ``nodes`` (by default those of ``members``), ``coordinator`` and
+    ``suspect_after`` (the crash detector's silence, seconds). ``group``,
+    ``group_key``, ``seed`` and, for a signed group, ``signing_key`` and
+    ``roster`` mean what they mean for every engine (docs/security.md).
+    ``tcp`` (:class:`TcpNodeConfig`) holds the transport's other settings;
+    by default they come from the configuration, with the stream limits of
+    :class:`TcpNodeConfig` when ``config.limits`` is left at its default.
     """
 
     mode = "atoms"
 
-    def __init__(
-        self,
-        pid: ProcessId,
-        graph: SequencingGraph,
-        addresses: Mapping[ProcessId, Address],
-        *,
-        tcp: TcpNodeConfig | None = None,
-        frame_group: int = 0,
-        group_key: GroupKey | None = None,
-        seed: int | None = None,
-        nodes: Collection[ProcessId] | None = None,
-        coordinator: ProcessId | None = None,
-        suspect_after: float | None = None,
-        signing_key: bytes | None = None,
-        roster: Mapping[ProcessId, bytes] | None = None,
-    ) -> None:
-        if pid not in addresses:
-            raise LocalProtocolError(f"addresses has no entry for this node ({pid})")
-        config = tcp if tcp is not None else TcpNodeConfig(bind=addresses[pid])
-        if tcp is not None and tcp.bind == TcpNodeConfig().bind:
-            config = attrs.evolve(tcp, bind=addresses[pid])
+    def __init__(self, config: NodeConfig, *, tcp: TcpNodeConfig | None = None) -> None:
+        if config.resolved_mode() != "atoms" or config.atoms is None:
+            raise ConfigurationError("AtomsNode needs NodeConfig(mode='atoms', atoms=...)")
+        pid = config.pid
+        if pid not in config.members:
+            raise LocalProtocolError(f"members has no entry for this node ({pid})")
+        default_bind = NodeConfig(pid=pid).bind
+        bind = config.members[pid] if config.bind == default_bind else config.bind
+        if tcp is None:
+            limits = TcpNodeConfig().limits if config.limits == Limits() else config.limits
+            tcp = TcpNodeConfig(
+                bind=bind,
+                advertise=config.advertise,
+                limits=limits,
+                delivery_buffer=config.delivery_buffer,
+                overflow=config.overflow,
+                flush_timeout=config.flush_timeout,
+            )
+        elif tcp.bind == TcpNodeConfig().bind:
+            tcp = attrs.evolve(tcp, bind=bind)
+        endpoint_config = attrs.evolve(config, limits=tcp.limits)
+        self.config = endpoint_config
+        """The configuration (with the transport's limits)."""
 
         def make_endpoint(now: float) -> AtomsEndpoint:
             return AtomsEndpoint(
-                pid,
-                graph,
-                addresses=addresses,
-                now=now,
-                wall=time.time(),
-                limits=config.limits,
-                frame_group=frame_group,
-                group_key=group_key,
-                rng=random.Random(seed),
-                nodes=nodes,
-                coordinator=coordinator,
-                suspect_after=suspect_after,
-                signing_key=signing_key,
-                roster=roster,
+                endpoint_config, now, rng=random.Random(config.seed), wall=time.time()
             )
 
-        super().__init__(config, make_endpoint)
-        self.graph = graph
+        super().__init__(tcp, make_endpoint)
+        self.graph = config.atoms.graph
 
     @property
     def engine(self) -> AtomsHandle:

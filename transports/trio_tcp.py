@@ -257,19 +257,10 @@ class TokenRingNode(TcpNode[TokenRingEndpoint]):
             and bool(set(cfg.members) - {cfg.pid})
         )
         return TokenRingEndpoint(
-            cfg.pid,
-            cfg.tokenring,
-            now=now,
-            wall=time.time(),
-            members=cfg.members,
-            contacts=cfg.contacts,
-            group=cfg.group,
-            group_key=cfg.group_key,
-            limits=cfg.limits,
-            signing_key=cfg.signing_key,
-            roster=cfg.roster,
+            cfg.node_config(),
+            now,
             rng=random.Random(cfg.seed),
-            incarnation=member.incarnation,
+            wall=time.time(),
             restarted=restarted,
         )
 

@@ -4,11 +4,16 @@ paper's evaluation draws (seed 003: Zipf-sized groups over uniform members)."""
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 
 import attrs
 
 from .._errors import ConfigurationError
 from ._graph import SequencingGraph
+
+
+def _node_set(nodes: Iterable[int] | None) -> frozenset[int] | None:
+    return None if nodes is None else frozenset(nodes)
 
 
 @attrs.frozen(kw_only=True)
@@ -19,6 +24,13 @@ class AtomsConfig:
 
     graph: SequencingGraph
     max_pending: int = 100_000
+    nodes: frozenset[int] | None = attrs.field(default=None, converter=_node_set)
+    """Every node of the deployment (None: the members of the graph's
+    groups and its atoms' hosts, or a node's configured members)."""
+    coordinator: int | None = None
+    """The node that changes the graph (None: the smallest node)."""
+    suspect_after: float | None = None
+    """The crash detector's silence in seconds (None: no detector)."""
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.max_pending, int) or self.max_pending < 1:

@@ -22,19 +22,16 @@ Rules:
 from __future__ import annotations
 
 import random
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import attrs
 
-from .._errors import LocalProtocolError
+from .._errors import ConfigurationError, LocalProtocolError
 from .._event import Delivery, EventId, ProcessId
-from .._limits import Limits
-from .._seal import GroupKey
-from ..atoms._graph import SequencingGraph
 from ..atoms._messages import atoms_registry
 from ..atoms._process import AtomsProcess, AtomsStatistics
 from ._addresses import Directory, with_addresses
-from ._config import Address, endpoint_codec
+from ._config import Address, NodeConfig, endpoint_codec
 from ._engines import AtomsAdapter
 from ._handles import EngineHandle
 from ._protocol import Transmit
@@ -54,56 +51,51 @@ class AtomsEndpointStatistics:
 
 
 class AtomsEndpoint:
-    """Sequencing atoms behind the endpoint protocol (:class:`epto.endpoint.Endpoint`).
+    """Sequencing atoms behind the endpoint protocol (:class:`epto.endpoint.Endpoint`),
+    built from a :class:`NodeConfig` (``mode="atoms"``) like every endpoint.
 
-    ``graph`` is the sequencing graph every node builds from the same
-    membership (:class:`epto.atoms.SequencingGraph`); ``addresses`` maps
-    every node to ``"host:port"``. :meth:`broadcast` publishes to
-    ``default_group`` (by default the node's group, when it has exactly
-    one); ``engine.publish`` (:class:`~epto.endpoint.AtomsHandle`) names
-    the group. ``frame_group`` is the id every frame carries (frames of
-    other ids are refused); ``wall`` (wall-clock seconds) starts the
-    sealer's nonce counter. ``nodes`` and
-    ``coordinator`` are :class:`epto.atoms.AtomsProcess`'s (by default the
-    nodes of ``addresses`` and the smallest of them), and so is
-    ``suspect_after``, the crash detector's silence (none by default). A
-    signed group sets ``signing_key`` (this node's Ed25519 private key) and
-    ``roster`` (every node's public key) at every node, as for the other
-    engines (:mod:`._signatures`): publications are signed by their origin
-    and checked on arrival, and a refused one is counted in
+    ``config.atoms`` holds what every node shares: the sequencing graph
+    every node builds from the same membership
+    (:class:`epto.atoms.SequencingGraph`), and :class:`epto.atoms.AtomsProcess`'s
+    ``nodes`` (by default those of ``config.members``), ``coordinator``
+    (by default the smallest of them) and ``suspect_after`` (the crash
+    detector's silence; none by default). ``config.members`` maps every node
+    to ``"host:port"``; ``config.group`` is the id every frame carries
+    (frames of other ids are refused). :meth:`broadcast` publishes to this
+    node's group when it has exactly one; ``engine.publish``
+    (:class:`~epto.endpoint.AtomsHandle`) names the group. ``wall``
+    (wall-clock seconds, default ``now``) starts the sealer's nonce counter.
+    A signed group sets ``signing_key`` (this node's Ed25519 private key)
+    and ``roster`` (every node's public key) at every node, as for the
+    other engines (:mod:`._signatures`): publications are signed by their
+    origin and checked on arrival, and a refused one is counted in
     ``statistics().rejected``.
     """
 
     def __init__(
         self,
-        pid: ProcessId,
-        graph: SequencingGraph,
-        *,
-        addresses: Mapping[ProcessId, Address],
+        config: NodeConfig,
         now: float,
-        wall: float,
-        limits: Limits,
-        frame_group: int = 0,
-        group_key: GroupKey | None = None,
-        default_group: int | None = None,
+        *,
         rng: random.Random,
-        max_pending: int = 100_000,
-        nodes: Collection[ProcessId] | None = None,
-        coordinator: ProcessId | None = None,
-        suspect_after: float | None = None,
-        signing_key: bytes | None = None,
-        roster: Mapping[ProcessId, bytes] | None = None,
+        wall: float | None = None,
     ) -> None:
+        settings = config.atoms
+        if settings is None:
+            raise ConfigurationError("AtomsEndpoint: the configuration has no atoms settings")
+        pid = config.pid
+        limits = config.limits
+        addresses = config.members
         self._pid = pid
         self.limits = limits
-        signatures = Signatures(pid, signing_key, roster)
+        signatures = Signatures(pid, config.signing_key, config.roster)
         self._process = AtomsProcess(
             pid,
-            graph,
-            max_pending=max_pending,
-            nodes=addresses.keys() if nodes is None else nodes,
-            coordinator=coordinator,
-            suspect_after=suspect_after,
+            settings.graph,
+            max_pending=settings.max_pending,
+            nodes=addresses.keys() if settings.nodes is None else settings.nodes,
+            coordinator=settings.coordinator,
+            suspect_after=settings.suspect_after,
             signer=signatures.signer,
             verifier=signatures.check,
         )
@@ -111,17 +103,15 @@ class AtomsEndpoint:
         """The process at the message level: the payload limit, flushed
         (:mod:`._engines`); ``adapter.engine`` is the process."""
         mine = sorted(self._process.groups)
-        if default_group is None and len(mine) == 1:
-            default_group = mine[0]
-        if default_group is not None and default_group not in mine:
-            raise LocalProtocolError(f"node {pid} is not a member of group {default_group}")
-        self.default_group = default_group
+        self.default_group = mine[0] if len(mine) == 1 else None
+        """The group :meth:`broadcast` publishes to: this node's, when it
+        started in exactly one."""
         codec = endpoint_codec(
             pid=pid,
-            group=frame_group,
+            group=config.group,
             limits=limits,
-            group_key=group_key,
-            wall=wall,
+            group_key=config.group_key,
+            wall=now if wall is None else wall,
             rng=rng,
             registry=with_addresses(atoms_registry()),
         )
@@ -145,7 +135,7 @@ class AtomsEndpoint:
     # -- inputs -------------------------------------------------------------
 
     def broadcast(self, payload: bytes, now: float) -> EventId:
-        """Publish to ``default_group`` (``engine.publish`` names a group)."""
+        """Publish to :attr:`default_group` (``engine.publish`` names a group)."""
         if self.default_group is None:
             raise LocalProtocolError(
                 f"node {self._pid} is in several groups {sorted(self._process.groups)}: "

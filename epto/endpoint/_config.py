@@ -21,14 +21,16 @@ from .._incarnation import check_incarnation
 from .._limits import Limits
 from .._seal import GroupKey, GroupSealer
 from .._signing import EventSigner, SignatureVerifier
+from ..atoms._config import AtomsConfig
 from ..epidemic._config import Config
 from ..epidemic._cyclon import CyclonConfig
 from ..tokenring import TokenRingConfig, choose_mode
 
 OverflowPolicy: TypeAlias = Literal["fail", "drop"]
 
-Mode: TypeAlias = Literal["epto", "token-ring", "auto"]
-"""The ordering engine of a node: EpTO, the token ring, or chosen by group size."""
+Mode: TypeAlias = Literal["epto", "token-ring", "atoms", "auto"]
+"""The ordering engine of a node: EpTO, the token ring, sequencing atoms
+(overlapping groups), or EpTO or the token ring chosen by group size."""
 
 Address: TypeAlias = str
 """Where a member is reached: ``"host:port"`` for the socket transports, any
@@ -73,7 +75,13 @@ def _check_members(_inst: object, _attr: object, value: Mapping[int, Address]) -
 
 @attrs.frozen(kw_only=True)
 class NodeConfig:
-    """How to run one node; the same object serves every transport.
+    """How to run one node; the same object serves every engine and transport.
+
+    Every endpoint is built from it the same way
+    (``XEndpoint(config, now, rng=..., wall=...)``): the fields every engine
+    shares (``pid``, ``members``, ``group``, ``group_key``, ``limits``,
+    ``signing_key``, ``roster``, ``seed``, ``incarnation``) are at the top,
+    each engine's own settings nested (``epto``, ``tokenring``, ``atoms``).
 
     With the default full-view sampler, ``members`` maps every member (this
     node included or not) to its address. With ``sampler=CyclonConfig(...)``,
@@ -126,6 +134,10 @@ class NodeConfig:
     """``"epto"``, ``"token-ring"`` or ``"auto"`` (see :meth:`resolved_mode`)."""
     tokenring: TokenRingConfig = attrs.field(factory=TokenRingConfig)
     """Token-ring parameters, used when the mode resolves to the token ring."""
+    atoms: AtomsConfig | None = None
+    """Sequencing atoms' settings (``mode="atoms"``, where it is required):
+    the graph every node builds from the same membership, and what every
+    node must share. ``members`` maps every node to its address."""
     contacts: Mapping[ProcessId, Address] = attrs.field(factory=dict, validator=_check_members)
     """Token ring only: a new identity joins a running group through these
     members (``members`` then stays empty); the group admits it by a view change."""
@@ -156,11 +168,16 @@ class NodeConfig:
     the incarnation comes from the wall clock alone."""
 
     def __attrs_post_init__(self) -> None:
-        if self.mode not in ("epto", "token-ring", "auto"):
+        if self.mode not in ("epto", "token-ring", "atoms", "auto"):
             raise ConfigurationError(
-                f"NodeConfig.mode must be 'epto', 'token-ring' or 'auto', got {self.mode!r}"
+                "NodeConfig.mode must be 'epto', 'token-ring', 'atoms' or 'auto', "
+                f"got {self.mode!r}"
             )
         mode = self.resolved_mode()
+        if mode == "atoms" and self.atoms is None:
+            raise ConfigurationError("NodeConfig: mode='atoms' needs atoms=AtomsConfig(graph=...)")
+        if mode == "atoms" and self.contacts:
+            raise ConfigurationError("NodeConfig.contacts is for joining a token ring")
         if mode == "epto" and self.contacts:
             raise ConfigurationError(
                 "NodeConfig.contacts is for joining a token ring; an EpTO node joins "
@@ -185,7 +202,7 @@ class NodeConfig:
                     "the one of signing_key"
                 )
 
-    def resolved_mode(self) -> Literal["epto", "token-ring"]:
+    def resolved_mode(self) -> Literal["epto", "token-ring", "atoms"]:
         """The engine this configuration runs.
 
         ``"auto"`` picks the token ring for a group of at most
@@ -195,6 +212,12 @@ class NodeConfig:
         EpTO. ``"token-ring"`` with a Cyclon sampler raises
         :class:`epto.ConfigurationError`: the token ring needs every member.
         """
+        if self.mode == "atoms":
+            if isinstance(self.sampler, CyclonConfig):
+                raise ConfigurationError(
+                    "NodeConfig: mode='atoms' needs the full view (sampler='full')"
+                )
+            return "atoms"
         if self.mode == "token-ring":
             if isinstance(self.sampler, CyclonConfig):
                 raise ConfigurationError(

@@ -85,11 +85,15 @@ class EptoEndpoint:
     peer choices when ``config.seed`` is None, the sealer's nonce prefix):
     the caller injects it, so a driver that wants fresh runs passes one
     seeded from the operating system and a test passes a seeded one;
-    ``now`` is in seconds of the wall clock, which starts the sealer's nonce
-    counter above anything an earlier run of this process used.
+    ``now`` is in seconds of the wall clock; ``wall`` (default ``now``)
+    starts the sealer's nonce counter above anything an earlier run of this
+    process used. Every endpoint is built in this shape from one
+    :class:`NodeConfig`.
     """
 
-    def __init__(self, config: NodeConfig, now: float, *, rng: random.Random) -> None:
+    def __init__(
+        self, config: NodeConfig, now: float, *, rng: random.Random, wall: float | None = None
+    ) -> None:
         self.config = config
         self.protocol = config.protocol_config()
         self.incarnation = (
@@ -99,7 +103,7 @@ class EptoEndpoint:
         signatures = Signatures(config.pid, config.signing_key, config.roster)
         signer = signatures.signer
         self._verifier = signatures.verifier
-        self._codec = config.codec(now, rng, ball_filter=self._verifier)
+        self._codec = config.codec(now if wall is None else wall, rng, ball_filter=self._verifier)
         self._shared_frames = self._codec.sealer is None
         self._addresses: dict[ProcessId, Address] = dict(config.members)
         self._addresses.pop(config.pid, None)

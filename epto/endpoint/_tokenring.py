@@ -40,10 +40,7 @@ from typing import Any
 import attrs
 
 from .._event import Delivery, EventId, ProcessId
-from .._limits import Limits
-from .._seal import GroupKey
 from ..tokenring import (
-    TokenRingConfig,
     TokenRingProcess,
     TokenRingStatistics,
     decode_durable,
@@ -51,7 +48,7 @@ from ..tokenring import (
     splitting_registry,
 )
 from ._addresses import AddressBook, Directory, with_addresses
-from ._config import Address, endpoint_codec, parse_host_port
+from ._config import Address, NodeConfig, endpoint_codec, parse_host_port
 from ._engines import TokenRingAdapter
 from ._handles import EngineHandle
 from ._protocol import Transmit
@@ -78,38 +75,43 @@ class TokenRingEndpointStatistics:
 
 
 class TokenRingEndpoint:
-    """The token ring behind the endpoint protocol (:class:`epto.endpoint.Endpoint`).
+    """The token ring behind the endpoint protocol (:class:`epto.endpoint.Endpoint`),
+    built from a :class:`NodeConfig` (``config.tokenring`` its parameters)
+    like every endpoint.
 
     Bootstrap members all pass the same ``members`` (pid to ``"host:port"``,
     this member included); a new identity passes ``contacts`` instead (some
     current members) and learns the others' addresses from them. ``now`` is
-    the process's clock; ``wall`` is wall-clock seconds, which start the
-    sealer's nonce counter above anything an earlier run used.
-    ``incarnation`` is this start of the member
-    (:class:`~epto.tokenring.TokenRingProcess`): a member started again
-    under its id with a higher one is admitted back in place of the earlier.
+    the process's clock; ``wall`` (default ``now``) is wall-clock seconds,
+    which start the sealer's nonce counter above anything an earlier run
+    used. ``config.incarnation`` is this start of the member (None: 0;
+    :class:`~epto.tokenring.TokenRingProcess`): a member started again under
+    its id with a higher one is admitted back in place of the earlier.
     ``restarted`` says that this start is not the member's first: it joins
     its group instead of founding one (``TokenRingProcess(restarted=)``).
+    ``rng`` draws the process's random choices and the sealer's nonce prefix.
     """
 
     def __init__(
         self,
-        pid: ProcessId,
-        ring: TokenRingConfig,
-        *,
+        config: NodeConfig,
         now: float,
-        wall: float,
-        members: Mapping[ProcessId, Address] | None = None,
-        contacts: Mapping[ProcessId, Address] | None = None,
-        group: int = 0,
-        group_key: GroupKey | None = None,
-        limits: Limits,
-        signing_key: bytes | None = None,
-        roster: Mapping[ProcessId, bytes] | None = None,
+        *,
         rng: random.Random,
-        incarnation: int = 0,
+        wall: float | None = None,
         restarted: bool = False,
     ) -> None:
+        pid = config.pid
+        ring = config.tokenring
+        limits = config.limits
+        group_key = config.group_key
+        signing_key = config.signing_key
+        roster = config.roster
+        incarnation = config.incarnation or 0
+        wall = now if wall is None else wall
+        group = config.group
+        members: Mapping[ProcessId, Address] | None = config.members
+        contacts: Mapping[ProcessId, Address] | None = config.contacts
         self._pid = pid
         self.limits = limits
         codec = endpoint_codec(

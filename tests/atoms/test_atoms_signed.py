@@ -10,9 +10,9 @@ from collections import deque
 
 import epto
 from epto import EventSigner, keys
-from epto.atoms import SequencingGraph
+from epto.atoms import AtomsConfig, SequencingGraph
 from epto.atoms._messages import Publish, Sequenced, atoms_registry, publication
-from epto.endpoint import AtomsEndpoint
+from epto.endpoint import AtomsEndpoint, NodeConfig
 from epto.wire import FrameCodec
 
 LIMITS = epto.Limits.for_frame_size(1 << 16)
@@ -22,17 +22,16 @@ ROSTER = {pid: public for pid, (_, public) in PAIRS.items()}
 
 
 def _endpoint(pid: int, *, signed: bool = True) -> AtomsEndpoint:
-    return AtomsEndpoint(
-        pid,
-        GRAPH,
-        addresses={p: f"127.0.0.1:{7000 + p}" for p in PAIRS},
-        now=0.0,
-        wall=1.0,
+    config = NodeConfig(
+        pid=pid,
+        members={p: f"127.0.0.1:{7000 + p}" for p in PAIRS},
+        mode="atoms",
+        atoms=AtomsConfig(graph=GRAPH),
         limits=LIMITS,
-        rng=random.Random(pid),
         signing_key=PAIRS[pid][0] if signed else None,
         roster=ROSTER,
     )
+    return AtomsEndpoint(config, 0.0, rng=random.Random(pid), wall=1.0)
 
 
 def _run(endpoints: dict[int, AtomsEndpoint]) -> dict[int, list[epto.Delivery]]:

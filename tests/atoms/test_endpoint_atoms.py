@@ -11,7 +11,7 @@ import random
 import pytest
 
 import epto
-from epto.atoms import SequencingGraph, zipf_memberships
+from epto.atoms import AtomsConfig, SequencingGraph, zipf_memberships
 from epto.atoms._messages import (
     PUBLISHER,
     ROUTE,
@@ -25,7 +25,7 @@ from epto.atoms._messages import (
     atoms_registry,
 )
 from epto.check import check_pairwise
-from epto.endpoint import AtomsEndpoint
+from epto.endpoint import AtomsEndpoint, NodeConfig
 from epto.wire import FrameCodec
 
 LIMITS = epto.Limits.for_frame_size(1 << 16)
@@ -37,17 +37,21 @@ def _endpoints(
 ) -> tuple[dict[int, AtomsEndpoint], dict[int, str]]:
     nodes = sorted({p for members in graph.groups.values() for p in members})
     addresses = {p: f"10.1.0.{p}:7000" for p in nodes}
+    settings = AtomsConfig(graph=graph, max_pending=fields.pop("max_pending", 100_000))  # type: ignore[arg-type]
     endpoints = {
         p: AtomsEndpoint(
-            p,
-            graph,
-            addresses=addresses,
-            now=0.0,
-            wall=1.0,
-            limits=LIMITS,
+            NodeConfig(
+                pid=p,
+                members=addresses,
+                mode="atoms",
+                atoms=settings,
+                limits=LIMITS,
+                **fields,  # type: ignore[arg-type]
+            ),
+            0.0,
             rng=random.Random(p),
-            **fields,
-        )  # type: ignore[arg-type]
+            wall=1.0,
+        )
         for p in nodes
     }
     return endpoints, addresses

@@ -16,7 +16,7 @@ import attrs
 
 from epto import ConfigurationError, GroupKey, Limits, LocalProtocolError, ProcessId
 from epto._incarnation import check_incarnation
-from epto.endpoint import Address, OverflowPolicy, parse_host_port
+from epto.endpoint import Address, NodeConfig, OverflowPolicy, parse_host_port
 from epto.tokenring import TokenRingConfig
 
 from .tcp_config import TcpNodeConfig, TcpNodeStatistics, check_tcp_fields
@@ -180,6 +180,31 @@ class TokenRingNodeConfig:
         if self.idle_timeout is not None:
             return self.idle_timeout
         return max(30.0, 2 * self.tokenring.exclude_timeout)
+
+    def node_config(self) -> NodeConfig:
+        """The node configuration every endpoint is built from
+        (:class:`epto.endpoint.NodeConfig`, ``mode="token-ring"``): this
+        configuration's member, group and engine fields."""
+        return NodeConfig(
+            pid=self.pid,
+            bind=self.bind,
+            members=self.members,
+            contacts=self.contacts,
+            advertise=self.advertise,
+            mode="token-ring",
+            tokenring=self.tokenring,
+            group=self.group,
+            group_key=self.group_key,
+            signing_key=self.signing_key,
+            roster=self.roster,
+            limits=self.limits,
+            seed=self.seed,
+            incarnation=self.incarnation,
+            data_dir=self.data_dir,
+            delivery_buffer=self.delivery_buffer,
+            overflow=self.overflow,
+            flush_timeout=self.flush_timeout,
+        )
 
     def tcp(self) -> TcpNodeConfig:
         """The transport's part of this configuration (the idle timeout in
