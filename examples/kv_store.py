@@ -42,7 +42,7 @@ from typing import Any
 
 import attrs
 import trio
-from epto.transports.trio_rsm import ReplicaConfig, ReplicatedNode
+from epto.services.trio_rsm import ReplicaConfig, ReplicatedNode
 
 from epto.endpoint import NodeConfig
 from epto.rsm import StateMachine, replicated

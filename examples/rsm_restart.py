@@ -29,8 +29,8 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 import trio
+from epto.services.trio_rsm import ReplicaConfig, ReplicatedNode
 from epto.transports import NodeConfig
-from epto.transports.trio_rsm import ReplicaConfig, ReplicatedNode
 
 from epto.rsm import StateMachine, replicated
 

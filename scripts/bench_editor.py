@@ -32,8 +32,8 @@ import time
 import tracemalloc
 
 import trio
+from epto.services._websocket import connect_page
 from epto.transports._ports import free_ports
-from epto.transports._trio.websocket import connect_page
 
 from epto.apps._editor import PageModel
 from epto.apps._ot import Insert

@@ -30,8 +30,8 @@ import sys
 import time
 
 import trio
+from epto.services._websocket import WebSocket, WebSocketClosed, connect_page
 from epto.transports._ports import free_ports
-from epto.transports._trio.websocket import WebSocket, WebSocketClosed, connect_page
 
 from epto.apps._editor import PageModel
 from epto.apps._ot import Insert

@@ -1,4 +1,5 @@
-"""The import graph of the library's modules (``epto`` and ``epto.transports``),
+"""The import graph of the library's modules (``epto``, ``epto.transports`` and
+``epto.services``),
 from the source with ``ast``: every import statement counts, at module level,
 under ``TYPE_CHECKING`` or inside a function. Prints the cycles (strongly
 connected components of more than one module) and exits 1 when there is one.
@@ -16,17 +17,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = {"epto": ROOT / "epto", "epto.transports": ROOT / "transports"}
+PACKAGES = {
+    "epto": ROOT / "epto",
+    "epto.transports": ROOT / "transports",
+    "epto.services": ROOT / "services",
+}
 
 
 def modules() -> dict[str, Path]:
-    """Module name to file, with ``transports/`` named ``epto.transports``."""
+    """Module name to file, with ``transports/`` named ``epto.transports`` and
+    ``services/`` ``epto.services``."""
     found: dict[str, Path] = {}
     for prefix, folder in PACKAGES.items():
         for path in sorted(folder.rglob("*.py")):
             rel = path.relative_to(folder).with_suffix("")
             parts = [p for p in rel.parts if p != "__init__"]
-            if prefix == "epto" and parts[:1] == ["transports"]:
+            if prefix == "epto" and parts[:1] in (["transports"], ["services"]):
                 continue  # a development symlink, not a module of its own
             found[".".join([prefix, *parts])] = path
     return found

@@ -20,8 +20,8 @@ import time
 from contextlib import AsyncExitStack
 
 import trio
+from epto.services.trio_rsm import ReplicaConfig, ReplicatedNode
 from epto.transports._ports import free_ports
-from epto.transports.trio_rsm import ReplicaConfig, ReplicatedNode
 
 from epto.endpoint import NodeConfig
 from epto.rsm import StateMachine, replicated

@@ -1,6 +1,7 @@
 """The layout keeps its promises (docs/architecture.md): no import circles
 among the library's modules, no module of the core that reaches the drivers
-(``epto.transports``), visibly or through a string, and no module longer than
+(``epto.transports``) or the services (``epto.services``), visibly or through
+a string, no driver that reaches the services, and no module longer than
 about 400 lines without a reason stated at its top (a ``Size:`` paragraph in
 its docstring)."""
 
@@ -140,12 +141,16 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return out
 
 
-def _mentions_the_drivers(name: str, text: str, *, package: bool = False) -> list[str]:
-    """Where module ``name`` (source ``text``) reaches ``epto.transports``:
-    an import (absolute or relative), the attribute ``epto.transports``, a
-    string naming it (outside docstrings), or a string with ``transports`` in
-    it passed to an import function (``importlib.import_module("..transports")``).
-    ``package``: the module is a package's ``__init__``."""
+def _mentions_the_drivers(
+    name: str, text: str, *, package: bool = False, room: str = "transports"
+) -> list[str]:
+    """Where module ``name`` (source ``text``) reaches ``epto.<room>`` (the
+    drivers by default): an import (absolute or relative), the attribute
+    ``epto.<room>``, a string naming it (outside docstrings), or a string with
+    ``<room>`` in it passed to an import function
+    (``importlib.import_module("..transports")``). ``package``: the module is
+    a package's ``__init__``."""
+    target = f"epto.{room}"
     tree = ast.parse(text)
     here = name if package else name.rpartition(".")[0]
     docs = _docstrings(tree)
@@ -165,16 +170,16 @@ def _mentions_the_drivers(name: str, text: str, *, package: bool = False) -> lis
             if isinstance(node.value, ast.Name) and node.value.id == "epto":
                 targets = [f"epto.{node.attr}"]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            if id(node) not in docs and "epto.transports" in node.value:
+            if id(node) not in docs and target in node.value:
                 found.append(f"{name}:{node.lineno}: string {node.value!r}")
         elif isinstance(node, ast.Call):
             func = node.func
             called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
             if called in _IMPORTERS:
                 for arg in ast.walk(node):
-                    if isinstance(arg, ast.Constant) and "transports" in str(arg.value):
+                    if isinstance(arg, ast.Constant) and room in str(arg.value):
                         found.append(f"{name}:{node.lineno}: {called}({arg.value!r})")
-        hits = [t for t in targets if t == "epto.transports" or t.startswith("epto.transports.")]
+        hits = [t for t in targets if t == target or t.startswith(f"{target}.")]
         if hits:
             found.append(f"{name}:{node.lineno}: {hits[0]}")
     return found
@@ -183,9 +188,21 @@ def _mentions_the_drivers(name: str, text: str, *, package: bool = False) -> lis
 def test_the_core_does_not_reach_the_drivers() -> None:
     found = []
     for name, path in import_graph.modules().items():
-        if name.startswith(("epto.transports", *INTEGRATIONS)):
+        if name.startswith(("epto.transports", "epto.services", *INTEGRATIONS)):
             continue
         found += _mentions_the_drivers(name, path.read_text(), package=path.name == "__init__.py")
+    assert found == []
+
+
+def test_only_the_integrations_reach_the_services() -> None:
+    # The services (state-machine servers, the editor) run on the drivers:
+    # neither the core nor the drivers import them.
+    found = []
+    for name, path in import_graph.modules().items():
+        if name.startswith(("epto.services", *INTEGRATIONS)):
+            continue
+        package = path.name == "__init__.py"
+        found += _mentions_the_drivers(name, path.read_text(), package=package, room="services")
     assert found == []
 
 
@@ -208,6 +225,9 @@ def test_the_driver_check_can_fail() -> None:
     assert _mentions_the_drivers("epto.tokenring", "from ..transports import x", package=True)
     prose = '"""Runs in :mod:`epto.transports.simulation`."""\nimport epto.tokenring\n'
     assert _mentions_the_drivers("epto.tokenring.simulation", prose) == []
+    up = "from epto.services.trio_rsm import ReplicatedNode"
+    assert _mentions_the_drivers("epto.transports.memory", up, room="services") != []
+    assert _mentions_the_drivers("epto.transports.memory", up) == []
 
 
 _SIMULATION = Path(__file__).resolve().parent.parent / "transports" / "simulation"

@@ -293,6 +293,7 @@ PUBLIC_SUBMODULES: dict[str, frozenset[str]] = {
             "optimistic",
             "params",
             "rsm",
+            "services",
             "spark",
             "stability",
             "tokenring",
@@ -306,15 +307,13 @@ PUBLIC_SUBMODULES: dict[str, frozenset[str]] = {
             "memory",
             "simulation",
             "trio_atoms",
-            "trio_editor",
             "trio_node",
-            "trio_rsm",
             "trio_tcp",
             "trio_udp",
             "zmq_node",
-            "zmq_rsm",
         }
     ),
+    "epto.services": frozenset({"trio_editor", "trio_rsm", "zmq_rsm"}),
 }
 
 NODE_MODULES: dict[str, frozenset[str]] = {
@@ -323,8 +322,8 @@ NODE_MODULES: dict[str, frozenset[str]] = {
     "epto.transports.memory": frozenset({"MemoryHub", "MemoryNode"}),
     "epto.transports.trio_udp": frozenset({"TrioNode"}),
     "epto.transports.trio_atoms": frozenset({"AtomsNode"}),
-    "epto.transports.zmq_rsm": frozenset({"CommandTimeoutError", "ZmqReplica"}),
-    "epto.transports.trio_rsm": frozenset(
+    "epto.services.zmq_rsm": frozenset({"CommandTimeoutError", "ZmqReplica"}),
+    "epto.services.trio_rsm": frozenset(
         {
             "CommandFailedError",
             "CommandTimeoutError",
@@ -335,7 +334,7 @@ NODE_MODULES: dict[str, frozenset[str]] = {
             "ResultUnavailableError",
         }
     ),
-    "epto.transports.trio_editor": frozenset({"EditorConfig", "EditorServer", "editor_token"}),
+    "epto.services.trio_editor": frozenset({"EditorConfig", "EditorServer", "editor_token"}),
     "epto.transports.trio_tcp": frozenset(
         {
             "MemberExcludedError",

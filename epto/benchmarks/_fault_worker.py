@@ -4,7 +4,7 @@
 
     python -m epto.benchmarks._fault_worker '{"engine": "token-ring", "pid": 1, ...}'
 
-It runs one :class:`~epto.transports.trio_rsm.ReplicatedNode` of a
+It runs one :class:`~epto.services.trio_rsm.ReplicatedNode` of a
 :mod:`~epto.benchmarks._fault_machines` machine and serves a client API on a
 loopback TCP port: newline-delimited JSON, one request per line (at most
 :data:`MAX_LINE` bytes; a longer line closes the connection), one answer per
@@ -84,7 +84,7 @@ def _node_config(spec: dict[str, Any]) -> NodeConfig:
 
 
 def _replica_config(spec: dict[str, Any]) -> Any:
-    from epto.transports.trio_rsm import ReplicaConfig
+    from epto.services.trio_rsm import ReplicaConfig
 
     fields: dict[str, Any] = {
         "data_dir": spec.get("data_dir"),
@@ -207,7 +207,7 @@ class _Api:
 
 
 async def serve(spec: dict[str, Any]) -> None:
-    from epto.transports.trio_rsm import ReplicatedNode
+    from epto.services.trio_rsm import ReplicatedNode
 
     machine = make_machine(str(spec.get("workload", "register")))
     node = _node_config(spec)

@@ -91,7 +91,7 @@ def _epto_configs(spec: dict[str, Any]) -> tuple[Any, Any]:
 
     import epto
     from epto.endpoint import NodeConfig
-    from epto.transports.trio_rsm import ReplicaConfig
+    from epto.services.trio_rsm import ReplicaConfig
 
     n, pid = spec["n"], spec["index"] + 1
     addresses = {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(spec["ports"])}
@@ -123,7 +123,7 @@ def _run_epto(spec: dict[str, Any], conn: Any) -> None:
 
     from epto.benchmarks.replication import _ring_formed
     from epto.benchmarks.rsm import _epto_machine, _state_hash
-    from epto.transports.trio_rsm import ReplicatedNode
+    from epto.services.trio_rsm import ReplicatedNode
 
     timeout = spec["timeout"]
     times = {"t_imported": time.time()}

@@ -1,7 +1,7 @@
 """Fault injection over real processes: kills, wipes, pauses, partitions; histories checked.
 
 ``epto bench faults`` starts ``--replicas`` worker processes, each one
-:class:`~epto.transports.trio_rsm.ReplicatedNode` of a replicated register
+:class:`~epto.services.trio_rsm.ReplicatedNode` of a replicated register
 store (or a grow-only set, ``--workload set``) on the chosen engine, every
 link between them through a proxy this process owns
 (:mod:`epto.benchmarks._fault_proxy`). Clients (``--clients`` per replica)

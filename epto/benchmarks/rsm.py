@@ -294,7 +294,7 @@ def _throughput_epto(
     import trio
 
     from epto.benchmarks.replication import _ring_formed
-    from epto.transports.trio_rsm import ReplicaConfig, ReplicatedNode
+    from epto.services.trio_rsm import ReplicaConfig, ReplicatedNode
 
     count, rate, in_flight = _plan(args, load)
     config = _node_configs(system, ports, 3, args)[index + 1]
@@ -429,7 +429,7 @@ def _catchup_epto(
 
     from epto.benchmarks.replication import _ring_formed
     from epto.endpoint import NodeConfig
-    from epto.transports.trio_rsm import ReplicaConfig, ReplicatedNode
+    from epto.services.trio_rsm import ReplicaConfig, ReplicatedNode
 
     joiner = index == 3
     fills = _fill_plan(mb)

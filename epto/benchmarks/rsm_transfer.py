@@ -42,8 +42,8 @@ async def _one(state: bytes, variant: str, timeout: float) -> tuple[float, float
 
     from epto import GroupKey
     from epto.rsm import Snapshot
-    from epto.transports._trio.rsm_channel import TransferKey
-    from epto.transports._trio.rsm_transfer import TransferServer, fetch_snapshot
+    from epto.services._rsm_channel import TransferKey
+    from epto.services._rsm_transfer import TransferServer, fetch_snapshot
 
     key = None
     if variant != "plain":

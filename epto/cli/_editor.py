@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import trio
 
-        from epto.transports.trio_editor import EditorConfig, EditorServer
+        from epto.services.trio_editor import EditorConfig, EditorServer
     except ImportError as exc:  # pragma: no cover - without the extra
         if (exc.name or "").partition(".")[0] not in ("trio", "wsproto"):
             raise
@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
 
     from epto import LocalProtocolError
     from epto.endpoint import NodeConfig, parse_host_port
-    from epto.transports.trio_rsm import ReplicaConfig
+    from epto.services.trio_rsm import ReplicaConfig
 
     from ._files import check_paths
 

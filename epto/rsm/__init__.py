@@ -2,7 +2,7 @@
 with :func:`replicated` on a :class:`StateMachine`, applied in the total
 order by a :class:`Replica` (sans-IO), with snapshots at a consistent cut,
 a digest chain that finds replicas with holes, state transfer to newcomers
-and compaction. The trio driver is :mod:`epto.transports.trio_rsm`.
+and compaction. The trio driver is :mod:`epto.services.trio_rsm`.
 See docs/rsm.md.
 """
 

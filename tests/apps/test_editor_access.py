@@ -29,8 +29,7 @@ from contextlib import AsyncExitStack
 import pytest
 import trio
 import trio.testing
-from epto.transports._ports import free_ports
-from epto.transports._trio.websocket import (
+from epto.services._websocket import (
     Access,
     WebSocket,
     WebSocketClosed,
@@ -38,8 +37,9 @@ from epto.transports._trio.websocket import (
     connect_page,
     serve_http,
 )
-from epto.transports.trio_editor import EditorConfig, EditorServer, editor_token
-from epto.transports.trio_rsm import ReplicaConfig
+from epto.services.trio_editor import EditorConfig, EditorServer, editor_token
+from epto.services.trio_rsm import ReplicaConfig
+from epto.transports._ports import free_ports
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -26,10 +26,10 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from epto.services._websocket import WebSocket, WebSocketClosed, connect_page
+from epto.services.trio_editor import EditorConfig, EditorServer
+from epto.services.trio_rsm import ReplicaConfig
 from epto.transports._ports import free_ports
-from epto.transports._trio.websocket import WebSocket, WebSocketClosed, connect_page
-from epto.transports.trio_editor import EditorConfig, EditorServer
-from epto.transports.trio_rsm import ReplicaConfig
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -3,7 +3,7 @@
 WebSocket handshake with 403, as a replica does to a page without its
 token) it presents the token of its URL and says it is refused in one line;
 fed a replica's ``stopped`` message it shows it, read only; and against a
-model of the server (``ModelServer``: what transports/trio_editor.py does
+model of the server (``ModelServer``: what services/trio_editor.py does
 for one page, messages in transit both ways, dropped connections, a replica
 that stops being ready and comes back, another author editing), seeded
 random runs of typing, deleting, pasting, undo and redo end with the page
@@ -145,7 +145,7 @@ ta.dispatchEvent(new InputEvent("input", {inputType}));
 
 
 class ModelServer:
-    """What transports/trio_editor.py does for one page, with the network in
+    """What services/trio_editor.py does for one page, with the network in
     between: messages in transit both ways, a connection that drops (what
     was in transit towards the server arrives or not, in order), a replica
     that stops being ready and comes back; other authors edit its text."""

@@ -18,10 +18,10 @@ from contextlib import AsyncExitStack
 
 import pytest
 import trio
+from epto.services._websocket import connect_page
+from epto.services.trio_editor import EditorConfig, EditorServer
+from epto.services.trio_rsm import ReplicaConfig, ReplicaNotReadyError
 from epto.transports._ports import free_ports
-from epto.transports._trio.websocket import connect_page
-from epto.transports.trio_editor import EditorConfig, EditorServer
-from epto.transports.trio_rsm import ReplicaConfig, ReplicaNotReadyError
 
 from epto._incarnation import first_seq
 from epto.apps._editor import PageModel

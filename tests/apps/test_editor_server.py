@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 import trio
+from epto.services._websocket import WebSocket, connect_page
+from epto.services.trio_editor import EditorConfig, EditorServer
+from epto.services.trio_rsm import ReplicaConfig
 from epto.transports._ports import free_ports
-from epto.transports._trio.websocket import WebSocket, connect_page
-from epto.transports.trio_editor import EditorConfig, EditorServer
-from epto.transports.trio_rsm import ReplicaConfig
 
 from epto.apps._editor import PageModel, PageSession, StalePage
 from epto.apps._ot import Delete, Insert, apply

@@ -48,7 +48,7 @@ class Journal(StateMachine):
 
 
 async def write(data_dir: str, port: int, transfer_port: int) -> None:
-    from epto.transports.trio_rsm import ReplicaConfig, ReplicatedNode
+    from epto.services.trio_rsm import ReplicaConfig, ReplicatedNode
 
     address = f"127.0.0.1:{port}"
     node = NodeConfig(mode="token-ring", pid=1, bind=address, members={1: address}, seed=1)
@@ -70,7 +70,7 @@ async def write(data_dir: str, port: int, transfer_port: int) -> None:
 async def write3(data_dir: str, ports: list[int], transfers: list[int]) -> None:
     from contextlib import AsyncExitStack
 
-    from epto.transports.trio_rsm import ReplicaConfig, ReplicatedNode
+    from epto.services.trio_rsm import ReplicaConfig, ReplicatedNode
 
     members = {pid: f"127.0.0.1:{port}" for pid, port in enumerate(ports, start=1)}
     peers = {pid: f"127.0.0.1:{port}" for pid, port in enumerate(transfers, start=1)}
@@ -103,7 +103,7 @@ async def write3(data_dir: str, ports: list[int], transfers: list[int]) -> None:
 
 
 async def join(data_dir: str, port: int, contact: int, peers: list[str]) -> None:
-    from epto.transports.trio_rsm import ReplicaConfig, ReplicatedNode
+    from epto.services.trio_rsm import ReplicaConfig, ReplicatedNode
 
     node = NodeConfig(
         mode="token-ring",

@@ -43,7 +43,7 @@ class Counters(StateMachine):
 
 
 async def main(spec: dict[str, object]) -> None:
-    from epto.transports.trio_rsm import ReplicaConfig, ReplicatedNode
+    from epto.services.trio_rsm import ReplicaConfig, ReplicatedNode
 
     pid = int(spec["pid"])  # type: ignore[call-overload]
     members = {int(p): str(a) for p, a in spec["members"].items()}  # type: ignore[attr-defined]

@@ -10,7 +10,7 @@ import json
 
 import pytest
 import trio
-from epto.transports._trio.rsm_transfer import (
+from epto.services._rsm_transfer import (
     MAX_CUTS,
     PeerState,
     TransferError,

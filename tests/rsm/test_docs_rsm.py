@@ -21,8 +21,8 @@ from typing import Any
 
 import attrs
 import pytest
+from epto.services.trio_rsm import ReplicaConfig
 from epto.transports._ports import free_ports
-from epto.transports.trio_rsm import ReplicaConfig
 
 from epto.rsm import JsonCodec
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import trio
+from epto.services.trio_rsm import ReplicaConfig, ReplicatedNode
 from epto.transports._ports import free_ports
-from epto.transports.trio_rsm import ReplicaConfig, ReplicatedNode
 
 from epto.endpoint import NodeConfig
 from epto.rsm import SnapshotStore

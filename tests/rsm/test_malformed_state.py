@@ -14,9 +14,9 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 import pytest
 import trio
+from epto.services._rsm_transfer import TransferServer
+from epto.services.trio_rsm import ReplicaConfig, ReplicatedNode
 from epto.transports._ports import free_ports
-from epto.transports._trio.rsm_transfer import TransferServer
-from epto.transports.trio_rsm import ReplicaConfig, ReplicatedNode
 
 from epto.endpoint import NodeConfig
 from epto.rsm import Snapshot, StateMachine, replicated

@@ -12,14 +12,14 @@ from contextlib import AsyncExitStack
 
 import pytest
 import trio
-from epto.transports._ports import free_ports
-from epto.transports._trio.rsm_transfer import (
+from epto.services._rsm_transfer import (
     GroupMismatchError,
     TransferServer,
     fetch_state,
     group_id,
 )
-from epto.transports.trio_rsm import ReplicaConfig, ReplicatedNode
+from epto.services.trio_rsm import ReplicaConfig, ReplicatedNode
+from epto.transports._ports import free_ports
 
 from epto import ConfigurationError
 from epto.endpoint import NodeConfig

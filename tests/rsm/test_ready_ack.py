@@ -27,13 +27,13 @@ from pathlib import Path
 
 import pytest
 import trio
-from epto.transports._ports import free_ports
-from epto.transports.trio_rsm import (
+from epto.services.trio_rsm import (
     CommandTimeoutError,
     ReplicaConfig,
     ReplicaNotReadyError,
     ReplicatedNode,
 )
+from epto.transports._ports import free_ports
 
 from epto.endpoint import NodeConfig
 

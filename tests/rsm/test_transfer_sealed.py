@@ -1,4 +1,4 @@
-"""The state transfer under a group key (transports/_trio/rsm_channel.py):
+"""The state transfer under a group key (services/_rsm_channel.py):
 replicas with the same key transfer snapshots, digests and latest cuts over
 sealed connections; a client with another key or none gets nothing and the
 server counts why, without taking a snapshot; a sealed client against a plain
@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from epto.transports._trio.rsm_channel import MAGIC, MAX_RECORD, SealedStream, TransferKey
-from epto.transports._trio.rsm_transfer import (
+from epto.services._rsm_channel import MAGIC, MAX_RECORD, SealedStream, TransferKey
+from epto.services._rsm_transfer import (
     TransferError,
     TransferServer,
     fetch_digest,

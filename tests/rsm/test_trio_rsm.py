@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 import trio
-from epto.transports._ports import free_ports
-from epto.transports._trio.rsm_channel import TransferKey
-from epto.transports._trio.rsm_transfer import TransferError, fetch_latest
-from epto.transports.trio_rsm import (
+from epto.services._rsm_channel import TransferKey
+from epto.services._rsm_transfer import TransferError, fetch_latest
+from epto.services.trio_rsm import (
     CommandFailedError,
     ReplicaConfig,
     ReplicatedNode,
     ResultUnavailableError,
 )
+from epto.transports._ports import free_ports
 
 from epto import ConfigurationError, GroupKey
 from epto.endpoint import NodeConfig

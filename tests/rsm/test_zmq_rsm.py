@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 import pytest
+from epto.services.trio_rsm import CommandFailedError, ReplicaConfig
+from epto.services.zmq_rsm import ZmqReplica
 from epto.transports._ports import free_ports
-from epto.transports.trio_rsm import CommandFailedError, ReplicaConfig
-from epto.transports.zmq_rsm import ZmqReplica
 
 from epto import ConfigurationError
 from epto.endpoint import NodeConfig

@@ -34,7 +34,7 @@ from epto import Delivery, Event, ProcessId
 from epto.log import DeliveryLogWriter, log_bounds, micros, read_log
 from epto.rsm import Replica, SnapshotStore
 
-from ._trio.rsm_config import ReplicaConfig
+from ._rsm_config import ReplicaConfig
 
 
 class Durability:

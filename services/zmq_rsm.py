@@ -12,7 +12,7 @@ applies deliveries until its own command is applied, :meth:`ZmqReplica.poll`
 applies what has arrived. The machine therefore changes only inside those
 two calls, and reads between them need no lock. With ``data_dir`` the
 replica logs, snapshots, compacts and recovers exactly as
-:class:`~epto.transports.trio_rsm.ReplicatedNode` does, and its node keeps
+:class:`~epto.services.trio_rsm.ReplicatedNode` does, and its node keeps
 the member's incarnation and lock there (``NodeConfig.data_dir``, unless the
 node's configuration sets one): restarted on it, it is the same member in a
 new incarnation, resumes the order after the cut it recovered and never
@@ -37,19 +37,19 @@ from types import TracebackType
 from typing import Any, Self
 
 import attrs
+from epto.transports.zmq_node import ZmqNode
 
 from epto import ConfigurationError, EventId
 from epto.endpoint import NodeConfig
 from epto.rsm import CommandFailed, Replica, StateMachine
 
-from ._rsm_durable import Durability
-from ._trio.rsm_config import (
+from ._rsm_config import (
     CommandFailedError,
     CommandTimeoutError,
     ReplicaConfig,
     ReplicaStatus,
 )
-from .zmq_node import ZmqNode
+from ._rsm_durable import Durability
 
 __all__ = ["CommandTimeoutError", "ZmqReplica"]
 

@@ -1,4 +1,4 @@
-"""State transfer between replicas (:mod:`epto.transports.trio_rsm`): a small
+"""State transfer between replicas (:mod:`epto.services.trio_rsm`): a small
 request/response protocol over its own TCP connections.
 
 Every message is a 4-byte big-endian length and a JSON object; a snapshot's
@@ -70,7 +70,7 @@ import trio
 from epto.endpoint import Address, parse_host_port
 from epto.rsm import OrderKey, Snapshot
 
-from .rsm_channel import ChannelError, ExactReader, SealedStream, TransferKey
+from ._rsm_channel import ChannelError, ExactReader, SealedStream, TransferKey
 
 MAX_REQUEST = 4096
 CHUNK = 1 << 16

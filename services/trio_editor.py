@@ -11,7 +11,7 @@
 Rules:
 
 * **One replica, many pages**: the server runs a
-  :class:`~epto.transports.trio_rsm.ReplicatedNode` of the document and
+  :class:`~epto.services.trio_rsm.ReplicatedNode` of the document and
   serves the page (``epto/apps/editor_static/index.html``) and its WebSocket
   (``/ws``) on one HTTP port. Each page is a :class:`epto.apps._editor.PageSession`:
   its edits are rebased over what was pushed to it since the revision they
@@ -64,7 +64,7 @@ the connection setup and its limits (credential, Origin, Host, queues), the
 pages' messages, the fan-out of changes and presence. Each protocol it
 speaks lives elsewhere (the page session and its messages in
 :mod:`epto.apps._editor`, presence in :mod:`epto.apps._presence`, HTTP and
-WebSocket in :mod:`epto.transports._trio.websocket`).
+WebSocket in :mod:`epto.services._websocket`).
 """
 
 from __future__ import annotations
@@ -106,9 +106,8 @@ from epto.apps.text import MAX_PARTS, MIN_PART_SIZE, Change, TextDocument, trans
 from epto.endpoint import Address, NodeConfig, parse_host_port
 from epto.wire import GroupSealer
 
-from ._loop import fresh_rng
-from ._trio.rsm_config import ReplicaConfig, ReplicaNotReadyError
-from ._trio.websocket import Access, Refusal, WebSocket, WebSocketClosed, serve_http
+from ._rsm_config import ReplicaConfig, ReplicaNotReadyError
+from ._websocket import Access, Refusal, WebSocket, WebSocketClosed, serve_http
 from .trio_rsm import ReplicatedNode
 
 __all__ = ["EditorConfig", "EditorServer", "editor_token"]
@@ -217,7 +216,9 @@ class EditorServer:
         if node.group_key is not None:
             # Its own key and counter: never a nonce of the group's frames.
             sealer = GroupSealer(
-                presence_key(node.group_key), counter_start=int(time.time() * 1e6), rng=fresh_rng()
+                presence_key(node.group_key),
+                counter_start=int(time.time() * 1e6),
+                rng=random.Random(secrets.randbits(64)),
             )
         self.presence = Presence(
             node.pid,
@@ -486,7 +487,7 @@ class EditorServer:
 
     def local_edit(self, op: Operation) -> None:
         """An edit of the local view by this replica's user (a bot, a test).
-        Refused (:class:`~epto.transports.trio_rsm.ReplicaNotReadyError`)
+        Refused (:class:`~epto.services.trio_rsm.ReplicaNotReadyError`)
         while the replica is not ready: it would be an edit of a text that is
         not the group's; :class:`ValueError` (nothing changes) for an edit
         outside the view or one that would make it longer than the
@@ -521,7 +522,7 @@ class EditorServer:
 
     def _admit(self, target: str, headers: Mapping[str, str]) -> Refusal | None:
         """A WebSocket handshake: the credential, the Origin and the Host
-        (:class:`~epto.transports._trio.websocket.Access`), then room for a page."""
+        (:class:`~epto.services._websocket.Access`), then room for a page."""
         refusal = self.access.check(target, headers)
         if refusal is not None:
             return refusal
@@ -710,9 +711,9 @@ def _url_host(host: str) -> str:
 def _stop_reason(exc: BaseException | None, pid: int) -> str | None:
     """One line saying why the node stopped, from what its exit raised
     (None: it did not stop by itself)."""
-    from epto import SupersededError
+    from epto.transports.trio_node import MemberExcludedError
 
-    from .trio_node import MemberExcludedError
+    from epto import SupersededError
 
     found: list[BaseException] = []
 

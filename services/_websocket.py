@@ -1,5 +1,5 @@
 """A small HTTP + WebSocket layer on trio streams for the editor's page
-(:mod:`epto.transports.trio_editor`), with ``wsproto`` for the WebSocket
+(:mod:`epto.services.trio_editor`), with ``wsproto`` for the WebSocket
 framing and the handshake.
 
 One port serves both: a plain ``GET`` is answered with a file (HTTP/1.1,

@@ -1,5 +1,5 @@
 """The configuration, status and error of a replicated state machine on a
-trio node (:class:`~epto.transports.trio_rsm.ReplicatedNode`)."""
+trio node (:class:`~epto.services.trio_rsm.ReplicatedNode`)."""
 
 from __future__ import annotations
 

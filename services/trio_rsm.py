@@ -45,7 +45,7 @@ Rules:
   the same way.
 * **Sealed transfers**: with a ``group_key`` in the node's configuration,
   every transfer connection, served and fetched, is sealed under a key
-  derived from it (``_trio/rsm_channel.py``); without one they are plain TCP.
+  derived from it (``_rsm_channel.py``); without one they are plain TCP.
 * **Reads are local** (``replica.machine``): they see this replica's prefix of
   the order. Read-your-writes: ``await call(...)`` returns once the command
   is applied here. ``ReplicaConfig.on_applied`` is called after each command
@@ -83,6 +83,7 @@ from typing import Any, Final, Self
 
 import attrs
 import trio
+from epto.transports.trio_node import open_node
 
 from epto import ConfigurationError, Delivery, EventId, LocalProtocolError, ProcessId
 from epto.endpoint import Address, NodeConfig, parse_host_port
@@ -98,9 +99,8 @@ from epto.rsm import (
 )
 from epto.rsm._commit import CommitTracker
 
-from ._rsm_durable import Durability
-from ._trio.rsm_channel import TransferKey
-from ._trio.rsm_config import (
+from ._rsm_channel import TransferKey
+from ._rsm_config import (
     CommandFailedError,
     CommandTimeoutError,
     ReplicaConfig,
@@ -108,7 +108,8 @@ from ._trio.rsm_config import (
     ReplicaStatus,
     ResultUnavailableError,
 )
-from ._trio.rsm_transfer import (
+from ._rsm_durable import Durability
+from ._rsm_transfer import (
     MAX_CUTS,
     GroupMismatchError,
     PeerState,
@@ -119,7 +120,6 @@ from ._trio.rsm_transfer import (
     fetch_state,
     group_id,
 )
-from .trio_node import open_node
 
 __all__ = [
     "CommandFailedError",
