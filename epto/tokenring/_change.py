@@ -134,7 +134,7 @@ class ViewChange:
         self._data = data
         self._joins = joins
         self._leave = leave
-        self._acceptor = Acceptor(shared.config.instance)
+        self._acceptor = Acceptor(shared.ring.instance)
         self._proposer: Proposer | None = None
         self._change_at = math.inf
         self._proposal_full = False
@@ -167,7 +167,7 @@ class ViewChange:
     def _life(self) -> float:
         """How long a proposal of this process lives now (backed off)."""
         backoff: int = min(2 ** min(self._failed, 30), MAX_PROPOSAL_BACKOFF)
-        return self._s.cfg.change_timeout * backoff
+        return self._s.settings.change_timeout * backoff
 
     def _failed_proposal(self, now: float) -> None:
         """A proposal of ours ended without a decision: back off, with a
@@ -183,10 +183,10 @@ class ViewChange:
     def _wanted(self, now: float) -> Wanted:
         s = self._s
         return wanted_change(
-            s.config,
+            s.ring,
             s.pid,
             s.fd,
-            s.cfg,
+            s.settings,
             now,
             joiners=self._joins.recent(now),
             token_lost=self._tokens.wants_change(now),
@@ -198,7 +198,7 @@ class ViewChange:
         s = self._s
         if s.role not in (Role.CORE, Role.EXTERNAL):
             return
-        cfg = s.cfg
+        cfg = s.settings
         proposer = self._proposer
         if proposer is not None:
             if proposer.value is None:
@@ -221,7 +221,7 @@ class ViewChange:
             return
         if self._want_since is None:
             self._want_since = now
-        members = s.config.members
+        members = s.ring.members
         # A member whose later incarnation asks in is not heard as the member.
         coordinator = next(
             (
@@ -238,13 +238,13 @@ class ViewChange:
 
     def _propose(self, now: float, full: bool) -> None:
         s = self._s
-        members = s.config.members
+        members = s.ring.members
         self._round += 1
         ballot = (self._round, members.index(s.pid))
-        self._proposer = Proposer(s.config.instance, ballot, members, now)
+        self._proposer = Proposer(s.ring.instance, ballot, members, now)
         self._proposal_full = full
         s.counts.proposals += 1
-        prepare = Prepare(instance=s.config.instance, ballot=ballot, full=full)
+        prepare = Prepare(instance=s.ring.instance, ballot=ballot, full=full)
         for m in members:
             self._to(m, prepare, now)
 
@@ -277,7 +277,7 @@ class ViewChange:
         if proposer is None or proposer.value is not None or not proposer.has_quorum():
             return
         s = self._s
-        cfg = s.cfg
+        cfg = s.settings
         expected = {
             m
             for m in proposer.voters
@@ -287,7 +287,7 @@ class ViewChange:
             return
         wanted = self._wanted(now)
         full = self._proposal_full
-        config = s.config
+        config = s.ring
 
         incarnations = {**s.incarnations, **self._joins.incarnations, **s.newer}
 
@@ -308,7 +308,7 @@ class ViewChange:
         self._proposer = None
         s = self._s
         decided = Decided(config=value)
-        for m in sorted(set(s.config.members) | set(value.members)):
+        for m in sorted(set(s.ring.members) | set(value.members)):
             if m != s.pid:
                 self._out.send(m, decided)
         self.install(value, now)
@@ -325,13 +325,13 @@ class ViewChange:
     def _stale(self, sender: ProcessId, instance: int, now: float) -> bool:
         """Answer a message of another instance; True if it must be ignored."""
         s = self._s
-        if instance < s.config.instance:
-            self._out.rate_limited(sender, Decided(config=s.config), now)
+        if instance < s.ring.instance:
+            self._out.rate_limited(sender, Decided(config=s.ring), now)
             return True
-        if instance > s.config.instance:
+        if instance > s.ring.instance:
             self._out.rate_limited(sender, ConfigRequest(), now)
             return True
-        return sender not in s.config.members or s.role not in (Role.CORE, Role.EXTERNAL)
+        return sender not in s.ring.members or s.role not in (Role.CORE, Role.EXTERNAL)
 
     def on_prepare(self, sender: ProcessId, msg: Prepare, now: float) -> None:
         if self._vote is not None and self._s.role is Role.JOINING:
@@ -388,7 +388,7 @@ class ViewChange:
     def install(self, config: RingConfig, now: float) -> None:
         """Install a decided configuration (view or i-view)."""
         s = self._s
-        if config.instance <= s.config.instance:
+        if config.instance <= s.ring.instance:
             return
         listed = config.incarnation_of(s.pid)
         if listed is not None and listed > s.incarnation:
@@ -436,14 +436,14 @@ class ViewChange:
         if role is Role.EXCLUDED:
             self._leave(event)
             return
-        old = s.config
+        old = s.ring
         book = s.book
         if was_joining:
             if start is not None:
                 book.skip_to(start[1], start[2])
             else:
                 book.skip_to(config.state.low, config.state.low_digest)
-        s.config = config
+        s.ring = config
         s.role = role
         s.fresh = False
         changed = s.adopt_incarnations(config)
@@ -490,7 +490,7 @@ class ViewChange:
         of the group's state: it joins as a newcomer would."""
         s = self._s
         s.role = transition(s.role, Input.RESTARTED)
-        s.config = attrs.evolve(s.config, instance=-1, members=(), core=())
+        s.ring = attrs.evolve(s.ring, instance=-1, members=(), core=())
         self._tokens.stop()
         self._out.track(())
         self._acceptor = Acceptor(-1)
@@ -507,14 +507,14 @@ class ViewChange:
             return vote.state.key()
         s = self._s
         snap = self._tokens.snap
-        if s.role not in (Role.CORE, Role.EXTERNAL) or snap.instance != s.config.instance:
+        if s.role not in (Role.CORE, Role.EXTERNAL) or snap.instance != s.ring.instance:
             return None
         acceptor = self._acceptor
         accepted = None if acceptor.accepted is None else acceptor.accepted[0]
         # A snapshot only learned (an order notice) is nothing this member
         # vouches for: it is due with the next one it accepts or creates.
         vouched = self._tokens.vouched
-        return (s.incarnation, s.config.instance, acceptor.promised, accepted, vouched)
+        return (s.incarnation, s.ring.instance, acceptor.promised, accepted, vouched)
 
     def durable(self) -> DurableState | None:
         """This member's vote as it stands (module :mod:`._durable`)."""
@@ -528,7 +528,7 @@ class ViewChange:
         acceptor = self._acceptor
         return DurableState(
             incarnation=s.incarnation,
-            config=s.config,
+            config=s.ring,
             promised=acceptor.promised,
             accepted=acceptor.accepted,
             state=snap,

@@ -151,7 +151,7 @@ class DataPath:
             return
         own = self._own
         waiting = [(seq, event, sent) for seq, (event, sent) in own.items() if seq >= sequenced]
-        if not waiting or now - max(since, waiting[0][2]) < s.cfg.token_timeout:
+        if not waiting or now - max(since, waiting[0][2]) < s.settings.token_timeout:
             return
         for seq, event, _ in waiting:
             own[seq] = (event, now)

@@ -122,7 +122,7 @@ class DelayPlans:
         if now >= self._report_at:
             self._report_at = now + cfg.report_interval
             self._maybe_report(now)
-        elif self._reported is None or self._reported[0] != self._s.config.instance:
+        elif self._reported is None or self._reported[0] != self._s.ring.instance:
             self._maybe_report(now)
 
     def on_probe(self, sender: ProcessId, msg: Probe, now: float) -> None:
@@ -148,7 +148,7 @@ class DelayPlans:
         }
 
     def _forget_departed(self) -> None:
-        members = set(self._s.config.members)
+        members = set(self._s.ring.members)
         for p in [p for p in self._samples if p not in members]:
             del self._samples[p]
         for p in [p for p in self._rows if p not in members]:
@@ -172,7 +172,7 @@ class DelayPlans:
 
     def _maybe_report(self, now: float) -> None:
         s = self._s
-        instance = s.config.instance
+        instance = s.ring.instance
         row = self.latency_row()
         rate = self._rate(now)
         last = self._reported
@@ -183,7 +183,7 @@ class DelayPlans:
         report = Latencies(
             instance=instance, plan=self._plan_key, rate=rate, row=tuple(sorted(row.items()))
         )
-        coordinator = s.config.core[0] if s.config.core else None
+        coordinator = s.ring.core[0] if s.ring.core else None
         if coordinator == s.pid:
             self.on_latencies(s.pid, report, now)
         elif coordinator is not None:
@@ -199,10 +199,10 @@ class DelayPlans:
 
     def on_latencies(self, sender: ProcessId, msg: Latencies, now: float) -> None:
         s = self._s
-        if not s.config.core or s.config.core[0] != s.pid:
+        if not s.ring.core or s.ring.core[0] != s.pid:
             s.reject("not-coordinator")
             return
-        members = set(s.config.members)
+        members = set(s.ring.members)
         row = {p: v for p, v in msg.row if p in members and p != sender}
         self._rows[sender] = (row, msg.rate)
         self._maybe_plan(now)
@@ -215,7 +215,7 @@ class DelayPlans:
 
     def _maybe_plan(self, now: float) -> None:
         s = self._s
-        members = s.config.members
+        members = s.ring.members
         latencies: dict[tuple[ProcessId, ProcessId], float] = {}
         rows = self._rows
         for r in members:
@@ -240,7 +240,7 @@ class DelayPlans:
         self._epoch += 1
         self.plans_made += 1
         delays = self._plan(members, latencies, rates)
-        instance = s.config.instance
+        instance = s.ring.instance
         for i, r in enumerate(members):
             msg = Delays(
                 instance=instance,
@@ -295,14 +295,14 @@ class DelayPlans:
 
     def on_delays(self, sender: ProcessId, msg: Delays, now: float) -> None:
         s = self._s
-        if not s.config.core or sender != s.config.core[0]:
+        if not s.ring.core or sender != s.ring.core[0]:
             s.reject("not-coordinator")
             return
         key = (msg.instance, msg.epoch)
-        if msg.instance > s.config.instance or key <= self._plan_key:
+        if msg.instance > s.ring.instance or key <= self._plan_key:
             s.reject("stale-plan")
             return
-        members = set(s.config.members)
+        members = set(s.ring.members)
         limit = self._cfg.max_delay
         if any(p not in members or not 0.0 <= d <= limit for p, d in msg.row):
             s.reject("bad-delays")

@@ -103,7 +103,7 @@ class Fetcher:
             self._asked = None
             if not asked[2]:
                 s = self._s
-                s.trips.sample(sender, now - asked[1], len(s.config.members))
+                s.trips.sample(sender, now - asked[1], len(s.ring.members))
 
     def heard_order(self, sender: ProcessId) -> None:
         """``sender``'s notice told of a newer token: ask it first."""
@@ -112,14 +112,14 @@ class Fetcher:
     def timer(self) -> float:
         if self.since is None:
             return math.inf
-        return min(self._due, max(self.since, self._sent) + self._s.cfg.fetch_timeout)
+        return min(self._due, max(self.since, self._sent) + self._s.settings.fetch_timeout)
 
     def check(self, now: float, pending: tuple[ProcessId, TokenState] | None) -> None:
         """Send a fetch if one is due; ``pending`` is the token waiting here."""
         if self.since is None:
             return
         s = self._s
-        if now < self._due and now < max(self.since, self._sent) + s.cfg.fetch_timeout:
+        if now < self._due and now < max(self.since, self._sent) + s.settings.fetch_timeout:
             return
         self._due = math.inf
         self._sent = now
@@ -144,9 +144,9 @@ class Fetcher:
             others = (
                 [m for m in ahead if too_old.get(m) != need and m != unanswered]
                 or [m for m in ahead if m != unanswered]
-                or [m for m in s.config.core if m not in (s.pid, unanswered)]
-                or [m for m in s.config.members if m not in (s.pid, unanswered)]
-                or [m for m in s.config.members if m != s.pid]
+                or [m for m in s.ring.core if m not in (s.pid, unanswered)]
+                or [m for m in s.ring.members if m not in (s.pid, unanswered)]
+                or [m for m in s.ring.members if m != s.pid]
             )
             if not others:
                 return
@@ -184,7 +184,7 @@ class Fetcher:
         s = self._s
         reported = s.fd.reported_delivered
         me = s.pid
-        ahead = max((reported.get(m, 0) for m in s.config.members if m != me), default=0)
+        ahead = max((reported.get(m, 0) for m in s.ring.members if m != me), default=0)
         return max(s.book.stable, ahead)
 
     def _ahead(self) -> list[ProcessId]:
@@ -192,7 +192,7 @@ class Fetcher:
         s = self._s
         need = s.book.next_deliver
         reported = s.fd.reported_delivered
-        return [m for m in s.config.members if m != s.pid and reported.get(m, -1) > need]
+        return [m for m in s.ring.members if m != s.pid and reported.get(m, -1) > need]
 
     def nobody_keeps(self, sender: ProcessId, need: int) -> bool:
         """``sender`` no longer keeps position ``need``, which we miss: True

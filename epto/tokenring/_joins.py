@@ -68,7 +68,7 @@ class Joins:
         if now >= self._join_at:
             for contact in self.contacts:
                 self._out.send(contact, self._join())
-            self._join_at = now + self._s.cfg.change_timeout
+            self._join_at = now + self._s.settings.change_timeout
 
     def learn_view(self, config: RingConfig) -> None:
         """A joining process heard of the view ``config`` (without it): send
@@ -96,7 +96,7 @@ class Joins:
         self._view_hint = -1
         self.contacts = ()
         self.learn_view(config)
-        self._join_at = now + self._s.cfg.change_timeout
+        self._join_at = now + self._s.settings.change_timeout
 
     # -- member side ----------------------------------------------------------
 
@@ -104,16 +104,16 @@ class Joins:
         s = self._s
         if sender in s.newer and s.role in (Role.CORE, Role.EXTERNAL):
             # A member restarted under its id: the next full change replaces it.
-            self._out.rate_limited(sender, Decided(config=s.config), now)
+            self._out.rate_limited(sender, Decided(config=s.ring), now)
             return
-        if s.role in (Role.CORE, Role.EXTERNAL) and sender not in s.config.members:
-            allowed = s.cfg.allowed_joiners
+        if s.role in (Role.CORE, Role.EXTERNAL) and sender not in s.ring.members:
+            allowed = s.settings.allowed_joiners
             if allowed is not None and sender not in allowed:
                 s.reject("not-allowed-to-join")
                 return
             joiners = self._joiners
             if sender not in joiners and len(joiners) >= MAX_JOINERS:
-                horizon = now - 4 * s.cfg.change_timeout
+                horizon = now - 4 * s.settings.change_timeout
                 for old in [j for j, t in joiners.items() if t < horizon]:
                     del joiners[old]
                     self.incarnations.pop(old, None)
@@ -125,16 +125,16 @@ class Joins:
             # Tell the newcomer who the members are: it then asks every one of
             # them, the coordinator included, instead of waiting for a contact
             # far down the view order to time out into proposing.
-            self._out.rate_limited(sender, Decided(config=s.config), now)
+            self._out.rate_limited(sender, Decided(config=s.ring), now)
 
     def on_config_request(self, sender: ProcessId, msg: ConfigRequest, now: float) -> None:
         s = self._s
         if s.role in (Role.CORE, Role.EXTERNAL):
-            self._out.send(sender, Decided(config=s.config))
+            self._out.send(sender, Decided(config=s.ring))
 
     def recent(self, now: float) -> list[ProcessId]:
         """The joiners that asked within ``4 * change_timeout``."""
-        horizon = 4 * self._s.cfg.change_timeout
+        horizon = 4 * self._s.settings.change_timeout
         return [j for j, t in self._joiners.items() if now - t <= horizon]
 
     def admitted(self, members: Iterable[ProcessId]) -> None:

@@ -91,8 +91,8 @@ class OptimisticPath:
         """Latest optimistic time given to each source's messages."""
         self._tentative: dict[EventId, None] = {}
         """Delivered optimistically and not yet final, in delivery order."""
-        self._instance = shared.config.instance
-        self._members = frozenset(shared.config.members)
+        self._instance = shared.ring.instance
+        self._members = frozenset(shared.ring.members)
         self._departed: dict[ProcessId, int] = {}
         """Sources that left the view: their messages of this incarnation or
         an earlier one are never sequenced from then on."""
@@ -113,7 +113,7 @@ class OptimisticPath:
         departed, and their messages that its decided state did not sequence
         end here."""
         s = self._s
-        config = s.config
+        config = s.ring
         if config.instance == self._instance:
             return
         self._instance = config.instance
@@ -166,15 +166,15 @@ class OptimisticPath:
         if eid in self._waiting or eid in self._tentative:
             return
         self._check_view()
-        if self._departed_message(eid) and not self._s.config.state.already_sequenced(eid):
+        if self._departed_message(eid) and not self._s.ring.state.already_sequenced(eid):
             self._s.book.pool.pop(eid, None)  # never sequenced: never delivered here
             return
         source = event.source
         at = max(now + self.plans.delays.get(source, 0.0), self._last.get(source, -math.inf))
         last = self._last
         last[source] = at
-        if len(last) > 4 * len(self._s.config.members) + 16:
-            members = set(self._s.config.members)
+        if len(last) > 4 * len(self._s.ring.members) + 16:
+            members = set(self._s.ring.members)
             self._last = {p: t for p, t in last.items() if p in members or p == source}
         self._waiting[eid] = at
         heapq.heappush(self._scheduled, (at, source, event.seq))

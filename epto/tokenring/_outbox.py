@@ -88,12 +88,13 @@ class Outbox:
     def __init__(self, shared: Shared, now: float) -> None:
         self._s = shared
         self._links = LinkSessions(
-            capacity=shared.cfg.max_unstable_messages, repair_interval=shared.cfg.fetch_timeout
+            capacity=shared.settings.max_unstable_messages,
+            repair_interval=shared.settings.fetch_timeout,
         )
         self._out: list[tuple[ProcessId, Message]] = []
         self._unsent: list[Event] = []
         """Own broadcasts not handed out yet: they leave as one message."""
-        cfg = shared.cfg
+        cfg = shared.settings
         # Optimistic delay plans measure when broadcasts arrive: no hold.
         self._hold = 0.0 if cfg.optimistic is not None else cfg.broadcast_hold
         self._max_hold = max(self._hold, cfg.max_hold) if self._hold else 0.0
@@ -130,7 +131,7 @@ class Outbox:
 
     def send_all(self, message: Message, skip: ProcessId | None = None) -> None:
         me = self._s.pid
-        for p in self._s.config.members:
+        for p in self._s.ring.members:
             if p != me and p != skip:
                 self.send(p, message)
 
@@ -208,13 +209,13 @@ class Outbox:
 
     def rate_limited(self, dest: ProcessId, message: Message, now: float) -> None:
         replied = self._replied
-        fetch_timeout = self._s.cfg.fetch_timeout
+        fetch_timeout = self._s.settings.fetch_timeout
         if now - replied.get(dest, -math.inf) >= fetch_timeout:
-            if len(replied) >= 4 * MAX_JOINERS + len(self._s.config.members):
+            if len(replied) >= 4 * MAX_JOINERS + len(self._s.ring.members):
                 # Bounded whatever identities ask: forget the quiet ones.
                 horizon = now - fetch_timeout
                 self._replied = replied = {p: t for p, t in replied.items() if t > horizon}
-                if len(replied) >= 4 * MAX_JOINERS + len(self._s.config.members):
+                if len(replied) >= 4 * MAX_JOINERS + len(self._s.ring.members):
                     self._s.reject("rate-limited")
                     return
             replied[dest] = now
@@ -231,7 +232,7 @@ class Outbox:
         if now < self.hb_at:
             return False
         s = self._s
-        cfg = s.cfg
+        cfg = s.settings
         if self._unsent:
             # Numbered before the heartbeats that count them.
             self.flush()
@@ -239,14 +240,14 @@ class Outbox:
         sent = self._hb_sent
         # Heard from anyway: a heartbeat only to refresh the counters it carries.
         refresh = now - max(cfg.fetch_timeout, cfg.suspect_timeout / 2)
-        for p in s.config.members:
+        for p in s.ring.members:
             if p != s.pid and (p not in spoke or sent.get(p, -math.inf) <= refresh):
                 self.send(p, self._heartbeat(p))
                 sent[p] = now
         # After the heartbeats: they do not count for the next round.
         self._spoke = set()
-        if len(sent) > len(s.config.members):
-            members = s.config.members
+        if len(sent) > len(s.ring.members):
+            members = s.ring.members
             self._hb_sent = {p: t for p, t in sent.items() if p in members}
         self.hb_at = now + heartbeat_period(cfg)
         return True
@@ -257,7 +258,7 @@ class Outbox:
 
     def _heartbeat(self, dest: ProcessId) -> Heartbeat:
         s = self._s
-        return self._links.heartbeat(dest, s.config.instance, s.book.next_deliver, s.incarnation)
+        return self._links.heartbeat(dest, s.ring.instance, s.book.next_deliver, s.incarnation)
 
     def on_heartbeat(self, sender: ProcessId, msg: Heartbeat, now: float) -> None:
         s = self._s
@@ -279,10 +280,10 @@ class Outbox:
             if self._unsent:
                 self.flush()  # numbered before the heartbeat that counts them
             self.send(sender, self._heartbeat(sender))
-        if msg.instance > s.config.instance:
+        if msg.instance > s.ring.instance:
             self.rate_limited(sender, ConfigRequest(), now)
-        elif msg.instance < s.config.instance:
-            self.rate_limited(sender, Decided(config=s.config), now)
+        elif msg.instance < s.ring.instance:
+            self.rate_limited(sender, Decided(config=s.ring), now)
 
     # -- reporting ----------------------------------------------------------
 

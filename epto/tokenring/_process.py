@@ -235,7 +235,7 @@ class TokenRingProcess:
         self._durable_key: tuple[object, ...] | None = None
         """The key of the vote :meth:`take_durable` handed out last."""
         self._timing = Timing(config)
-        """The timeouts in use (``Shared.cfg``): ``config``'s, fitted to the
+        """The timeouts in use (``Shared.settings``): ``config``'s, fitted to the
         round trips measured and the core, backed off while view changes
         bring no progress (:class:`._membership.Timing`)."""
         self._sent_token: tuple[ProcessId, int, int, float, bool] | None = None
@@ -263,7 +263,7 @@ class TokenRingProcess:
     @property
     def config(self) -> RingConfig:
         """The configuration (view) this process is in."""
-        return self._s.config
+        return self._s.ring
 
     @property
     def role(self) -> Role:
@@ -301,8 +301,8 @@ class TokenRingProcess:
         s = self._s
         if s.role not in (Role.CORE, Role.EXTERNAL):
             return False
-        members = s.config.members
-        gap = s.cfg.suspect_timeout
+        members = s.ring.members
+        gap = s.settings.suspect_timeout
         fd = s.fd
         heard = sum(1 for p in members if p == s.pid or fd.heard_within(p, s.now, gap))
         return 2 * heard > len(members)
@@ -342,7 +342,7 @@ class TokenRingProcess:
         handler = self._handlers.get(type(message))
         if handler is None:
             return
-        why = refusal(s.cfg, s.config, self._joins.contacts, sender, message)
+        why = refusal(s.settings, s.ring, self._joins.contacts, sender, message)
         if why is None:
             why = self._incarnation_refusal(sender, message, now)
         if why is not None:
@@ -350,16 +350,16 @@ class TokenRingProcess:
             if (
                 isinstance(message, Heartbeat)
                 and why == "not-a-member"
-                and message.instance < s.config.instance
+                and message.instance < s.ring.instance
                 and s.role in (Role.CORE, Role.EXTERNAL)
             ):
                 # A member removed while it was away learns it from us.
-                self._out.rate_limited(sender, Decided(config=s.config), now)
+                self._out.rate_limited(sender, Decided(config=s.ring), now)
             return
         if sender not in s.newer:
             # (A later incarnation's vote, :meth:`_incarnation_refusal`, is
             # neither a sign of the member's life nor part of its links.)
-            s.fd.heard(sender, now, s.cfg.suspect_timeout)
+            s.fd.heard(sender, now, s.settings.suspect_timeout)
             self._out.arrived(sender, message)
         if isinstance(message, TokenAck):
             self._token_acked(sender, message, now)
@@ -414,7 +414,7 @@ class TokenRingProcess:
             # change that replaces the member.
             s.voting[sender] = claimed
         if s.role in (Role.CORE, Role.EXTERNAL):
-            self._out.rate_limited(sender, Decided(config=s.config), now)
+            self._out.rate_limited(sender, Decided(config=s.ring), now)
         return "not-admitted" if why == "restarted" else why
 
     def handle_timer(self, now: float) -> None:
@@ -448,7 +448,7 @@ class TokenRingProcess:
     def timeouts(self) -> dict[str, float]:
         """The timeouts in use now, by ``TokenRingConfig`` field name, with
         ``latency`` (the one-way delay they are fitted to) and ``backoff``."""
-        cfg = self._s.cfg
+        cfg = self._s.settings
         out = {name: getattr(cfg, name) for name in cfg.timing_floors(1, 0.0)}
         out["latency"] = self._timing.latency()
         out["backoff"] = self._timing.backoff
@@ -456,8 +456,8 @@ class TokenRingProcess:
 
     def _fit_timing(self, now: float) -> None:
         s = self._s
-        self._fit_core = core = max(len(s.config.core), 1)
-        s.cfg = self._timing.config(core)
+        self._fit_core = core = max(len(s.ring.core), 1)
+        s.settings = self._timing.config(core)
 
     def _token_acked(self, sender: ProcessId, ack: TokenAck, now: float) -> None:
         """A round-trip sample: the token we passed came back acknowledged
@@ -468,7 +468,7 @@ class TokenRingProcess:
         self._sent_token = None
         if not sent[4]:
             s = self._s
-            s.trips.sample(sender, now - sent[3], len(s.config.members))
+            s.trips.sample(sender, now - sent[3], len(s.ring.members))
             if self._timing.sample(now - sent[3]):
                 self._fit_timing(now)
 
@@ -478,14 +478,14 @@ class TokenRingProcess:
         s = self._s
         changes = s.counts.light + s.counts.full
         book = s.book
-        refit = len(s.config.core) != self._fit_core
+        refit = len(s.ring.core) != self._fit_core
         if changes != self._changes_seen:
             self._changes_seen = changes
             self._sent_token = None
             waiting = bool(book.pool) or book.next_deliver < self._tokens.snap.next_seq
             refit |= self._timing.changed(now, book.delivered_count, waiting)
         else:
-            refit |= self._timing.quiet(now, book.delivered_count, s.cfg.suspect_timeout)
+            refit |= self._timing.quiet(now, book.delivered_count, s.settings.suspect_timeout)
         if refit:
             self._fit_timing(now)
 
@@ -598,10 +598,10 @@ class TokenRingProcess:
         links = self._out.link_statistics()
         return TokenRingStatistics(
             role=s.role.value,
-            instance=s.config.instance,
-            view=s.config.view,
-            core=s.config.core,
-            members=s.config.members,
+            instance=s.ring.instance,
+            view=s.ring.view,
+            core=s.ring.core,
+            members=s.ring.members,
             broadcasts=c.broadcasts,
             delivered=s.book.delivered_count,
             next_deliver=s.book.next_deliver,

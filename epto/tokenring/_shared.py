@@ -5,10 +5,13 @@ to each part.
 
 Rules:
 
-* ``pid`` and ``cfg`` never change.
-* ``config`` and ``role`` change only when a decided configuration is
-  installed (``_change.ViewChange.install``) or when the process leaves the
-  view for good (``TokenRingProcess._leave``, which also sets
+* ``pid`` never changes; ``settings`` is the engine's
+  :class:`TokenRingConfig` with the timeouts in use (refitted by
+  :class:`TokenRingProcess` only).
+* ``ring`` (the installed :class:`RingConfig`: view and i-view) and
+  ``role`` change only when a decided configuration is installed
+  (``_change.ViewChange.install``) or when the process leaves the view for
+  good (``TokenRingProcess._leave``, which also sets
   ``exclusion``, once); every other part only reads them.
 * ``book`` (:class:`._sequencer.OrderBook`) and ``fd``
   (:class:`._membership.FailureDetector`) keep their own invariants; the parts
@@ -61,8 +64,6 @@ class Shared:
     __slots__ = (
         "_verifier",
         "book",
-        "cfg",
-        "config",
         "counts",
         "exclusion",
         "fd",
@@ -75,7 +76,9 @@ class Shared:
         "rejected",
         "restarted",
         "resumes",
+        "ring",
         "role",
+        "settings",
         "trips",
         "voting",
     )
@@ -101,8 +104,8 @@ class Shared:
         self.resumes: int | None = None
         self.fresh = True
         self.now = now
-        self.cfg = cfg
-        self.config = config
+        self.settings = cfg
+        self.ring = config
         self.role = role
         self.exclusion: str | None = None
         self.book = OrderBook(log_retention=cfg.log_retention)
@@ -133,14 +136,14 @@ class Shared:
         noted in ``newer``)."""
         known = self.incarnations.get(pid)
         if known is None:
-            if pid not in self.config.members:
+            if pid not in self.ring.members:
                 return None
             self.incarnations[pid] = known = incarnation
         if incarnation == known:
             return None
         if incarnation < known:
             return "stale-incarnation"
-        if pid in self.config.members and pid != self.pid:
+        if pid in self.ring.members and pid != self.pid:
             self.newer[pid] = max(incarnation, self.newer.get(pid, incarnation))
         return "restarted"
 
@@ -165,4 +168,4 @@ class Shared:
 
     def k(self) -> int:
         """How many core members must hold a batch for it to become stable."""
-        return self.cfg.effective_k(len(self.config.members), len(self.config.core))
+        return self.settings.effective_k(len(self.ring.members), len(self.ring.core))

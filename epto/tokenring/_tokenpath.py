@@ -108,7 +108,7 @@ class TokenPath:
         self._out = out
         self._fetch = fetch
         self._leave = leave
-        self.snap: TokenState = shared.config.state
+        self.snap: TokenState = shared.ring.state
         self.token: TokenState | None = None
         self.pending: tuple[ProcessId, TokenState] | None = None
         self._passed: tuple[ProcessId, TokenState, float, int] | None = None
@@ -158,7 +158,7 @@ class TokenPath:
         """Whether the token is lost (a core member has not seen it for
         ``token_timeout``) or this process has been fenced too long."""
         s = self._s
-        cfg = s.cfg
+        cfg = s.settings
         token_lost = (
             s.role is Role.CORE
             and self.token is None
@@ -176,7 +176,7 @@ class TokenPath:
         doubled at each resend, at most ``max(fetch_timeout, suspect_timeout
         / 2)``."""
         s = self._s
-        cfg = s.cfg
+        cfg = s.settings
         ceiling = max(cfg.fetch_timeout, cfg.suspect_timeout / 2)
         backoff = float(2 ** min(tries, 16))
         return min(ceiling, max(s.trips.rto(dest), cfg.token_hold) * backoff)
@@ -204,11 +204,11 @@ class TokenPath:
     def on_token(self, sender: ProcessId, msg: Token, now: float) -> None:
         s = self._s
         state = msg.state
-        if state.instance > s.config.instance:
+        if state.instance > s.ring.instance:
             self._out.send(sender, ConfigRequest())
             return
         if (
-            state.instance < s.config.instance
+            state.instance < s.ring.instance
             or self.fenced_since is not None
             or s.role is not Role.CORE
         ):
@@ -240,7 +240,7 @@ class TokenPath:
             self._passed = None
 
     def on_order(self, sender: ProcessId, msg: Order, now: float) -> None:
-        if msg.state.instance != self._s.config.instance or self.fenced_since is not None:
+        if msg.state.instance != self._s.ring.instance or self.fenced_since is not None:
             return
         if msg.state.hop > self.snap.hop:
             self.token_seen = now
@@ -289,7 +289,7 @@ class TokenPath:
         self.pending = None
         self._accepted_hop = state.hop
         self.vouched += 1
-        accepted = seqr.accept(state, s.pid, s.config.core, s.k())
+        accepted = seqr.accept(state, s.pid, s.ring.core, s.k())
         s.counts.tokens += 1
         self.token_seen = now
         self._take(accepted, state.stable)
@@ -307,10 +307,10 @@ class TokenPath:
         every ``token_timeout / 2``, so its loss is still told from an idle
         ring (:meth:`wants_change`)."""
         s = self._s
-        cfg = s.cfg
+        cfg = s.settings
         if s.book.pool or token.stable < token.next_seq:
             return self.busy_hold(token)
-        return max(cfg.token_hold, cfg.token_timeout / (2 * len(s.config.core)))
+        return max(cfg.token_hold, cfg.token_timeout / (2 * len(s.ring.core)))
 
     def busy_hold(self, token: TokenState) -> float:
         """How long the holder keeps ``token`` with something to sequence:
@@ -325,11 +325,11 @@ class TokenPath:
         order notice carries more messages, and the hold comes back to the
         floor within a round of the stream's end. Derived from the token
         alone: every holder computes it the same way."""
-        cfg = self._s.cfg
+        cfg = self._s.settings
         floor = cfg.token_hold
         if cfg.max_hold <= floor or len(token.batches) == 0:
             return floor
-        core = len(self._s.config.core)
+        core = len(self._s.ring.core)
         n = sum(len(b.ids) for b in token.batches)
         if n < core:
             return floor
@@ -363,7 +363,7 @@ class TokenPath:
         accepted). A token whose window cannot drain (a core below ``k``) is held
         as usual instead of going round at the links' speed."""
         s = self._s
-        want = min(s.cfg.max_batch, seqr.BATCH_IDS)
+        want = min(s.settings.max_batch, seqr.BATCH_IDS)
         pool = s.book.pool
         optimistic = self._optimistic
         if optimistic is not None and optimistic.tentative_count() < want:
@@ -373,7 +373,7 @@ class TokenPath:
             # message may be missing): passing at once would send the token round
             # at the links' speed without sequencing anything.
             return False
-        if len(s.config.core) >= s.k():
+        if len(s.ring.core) >= s.k():
             return True
         count, room = self.window_room(token)
         return count > 0 and room > 0
@@ -402,8 +402,8 @@ class TokenPath:
         known here (a payload this member does not keep) counts as full, which
         only pauses sequencing until the token has gone round."""
         s = self._s
-        cfg = s.cfg
-        per_batch = batch_bytes(len(s.config.members))
+        cfg = s.settings
+        per_batch = batch_bytes(len(s.ring.members))
         if not token.batches:
             return cfg.max_unstable_messages, max(0, cfg.max_unstable_bytes - per_batch)
         cache = self._window_bytes
@@ -439,13 +439,13 @@ class TokenPath:
         ids = seqr.pick(
             token,
             self._order(now),
-            min(s.cfg.max_batch, count_room),
+            min(s.settings.max_batch, count_room),
             room=byte_room,
             cost=lambda eid: seqr.event_bytes(pool[eid]),
             first_free=not token.batches,
             grouped=self._optimistic is None,
         )
-        new = seqr.sequence(token, s.pid, ids, s.config.core, s.k())
+        new = seqr.sequence(token, s.pid, ids, s.ring.core, s.k())
         self.vouched += 1
         # Record the new assignments: the batches the new state still carries are
         # learned as batches (a snapshot carrying them again is then skipped); the
@@ -457,13 +457,13 @@ class TokenPath:
             book.learn([(token.next_seq + i, ids[i]) for i in range(dropped)], 0)
         book.learn_batches(created, 0)
         self._take(new, token.stable)
-        core = s.config.core
+        core = s.ring.core
         nxt = core[(core.index(s.pid) + 1) % len(core)]
         if nxt == s.pid:
             self.token = new
             self.token_seen = now
             busy = bool(book.pool)
-            self.pass_at = now + (s.cfg.token_hold if busy else s.cfg.heartbeat_interval)
+            self.pass_at = now + (s.settings.token_hold if busy else s.settings.heartbeat_interval)
             return
         self.token = None
         self._out.send(nxt, Token(state=new))
