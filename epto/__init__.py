@@ -15,13 +15,13 @@ below), so that ``import epto`` stays cheap (docs/benchmarks.md#import-time).
 """
 
 # The engines' configuration
-from ._limits import Limits as Limits
 from .epidemic._config import ClockKind as ClockKind
 from .epidemic._config import Config as Config
 from .epidemic._config import OrderingKind as OrderingKind
 from .epidemic._cyclon import CyclonConfig as CyclonConfig
 from .epidemic._params import Parameters as Parameters
 from .epidemic._params import derive_parameters as derive_parameters
+from .wire._limits import Limits as Limits
 
 # isort: split
 # Events and deliveries
@@ -46,22 +46,21 @@ import typing as _typing
 
 if _typing.TYPE_CHECKING:
     # Group encryption and event signatures (the crypto extra, when used); files: epto.keys
-    from ._seal import GroupKey as GroupKey
-    from ._signing import EventSigner as EventSigner
-    from ._signing import SignatureVerifier as SignatureVerifier
-    from ._signing import VerifierStatistics as VerifierStatistics
-
     # Token-ring mode's configuration (the engine: epto.tokenring)
     from .tokenring import TokenRingConfig as TokenRingConfig
+    from .wire._seal import GroupKey as GroupKey
+    from .wire._signing import EventSigner as EventSigner
+    from .wire._signing import SignatureVerifier as SignatureVerifier
+    from .wire._signing import VerifierStatistics as VerifierStatistics
 
 # Names loaded on first use (PEP 562), so that ``import epto`` does not load
 # the token ring (half of its import time) or the sealing and signing code
 # an application may not use. The name maps to the module that defines it.
 _LAZY: dict[str, str] = {
-    "GroupKey": "._seal",
-    "EventSigner": "._signing",
-    "SignatureVerifier": "._signing",
-    "VerifierStatistics": "._signing",
+    "GroupKey": ".wire._seal",
+    "EventSigner": ".wire._signing",
+    "SignatureVerifier": ".wire._signing",
+    "VerifierStatistics": ".wire._signing",
     "TokenRingConfig": ".tokenring",
 }
 # Submodules that ``import epto`` used to load, so ``epto.tokenring`` works

@@ -22,16 +22,16 @@ device, a socket: refused without reading it), one too large, malformed, of
 another kind, or with a field of the wrong size.
 """
 
-from ._keys import generate_group_key as generate_group_key
-from ._keys import generate_signing_key as generate_signing_key
-from ._keys import load_group_key as load_group_key
-from ._keys import load_public_key as load_public_key
-from ._keys import load_roster as load_roster
-from ._keys import load_signing_key as load_signing_key
-from ._keys import roster_from_public_files as roster_from_public_files
-from ._keys import save_group_key as save_group_key
-from ._keys import save_roster as save_roster
-from ._keys import save_signing_key as save_signing_key
+from .wire._keys import generate_group_key as generate_group_key
+from .wire._keys import generate_signing_key as generate_signing_key
+from .wire._keys import load_group_key as load_group_key
+from .wire._keys import load_public_key as load_public_key
+from .wire._keys import load_roster as load_roster
+from .wire._keys import load_signing_key as load_signing_key
+from .wire._keys import roster_from_public_files as roster_from_public_files
+from .wire._keys import save_group_key as save_group_key
+from .wire._keys import save_roster as save_roster
+from .wire._keys import save_signing_key as save_signing_key
 
 __all__ = [
     "generate_group_key",

@@ -27,11 +27,11 @@ from collections.abc import Callable
 from epto.transports.simulation import TokenRingCluster
 
 from epto import Event, Limits
-from epto._codec import FrameCodec
 from epto.tokenring import TokenRingConfig
 from epto.tokenring._frames import token_ring_registry
 from epto.tokenring._messages import Batch, DataBatch
 from epto.tokenring._sequencer import OrderBook
+from epto.wire._codec import FrameCodec
 
 
 def order_book() -> float:

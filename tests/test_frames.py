@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 import epto
 import epto.wire
 from epto import Event, Limits, LocalProtocolError, RemoteProtocolError
-from epto._frame_bodies import KIND_BALL, KIND_LEAVE
-from epto._frames import MAGIC, Reader, pack_header, unpack_header
-from epto._limits import EVENT_FIXED_SIZE, HEADER_SIZE, SIGNATURE_SIZE
 from epto.epidemic._peer_messages import Leave, PeerDescriptor, ShuffleReply, ShuffleRequest
 from epto.wire import FrameCodec, FrameKind
+from epto.wire._frame_bodies import KIND_BALL, KIND_LEAVE
+from epto.wire._frames import MAGIC, Reader, pack_header, unpack_header
+from epto.wire._limits import EVENT_FIXED_SIZE, HEADER_SIZE, SIGNATURE_SIZE
 
 U64 = st.integers(min_value=0, max_value=(1 << 64) - 1)
 LIMITS = Limits()

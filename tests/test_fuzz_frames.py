@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from epto import Event, GroupKey, Limits, RemoteProtocolError
-from epto._frame_bodies import KIND_BALL, KIND_SHUFFLE_REQUEST
-from epto._frames import pack_header
 from epto.epidemic._peer_messages import Leave, PeerDescriptor, ShuffleReply, ShuffleRequest
 from epto.wire import FrameCodec, GroupSealer
+from epto.wire._frame_bodies import KIND_BALL, KIND_SHUFFLE_REQUEST
+from epto.wire._frames import pack_header
 
 SETTINGS = settings(
     derandomize=True,

@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 import epto
 import epto.epidemic
 from epto import Event, EventId, Limits, RemoteProtocolError
-from epto._frame_bodies import KIND_BALL
-from epto._frames import pack_header
 from epto.endpoint import EptoEndpoint, NodeConfig
 from epto.wire import FrameCodec
+from epto.wire._frame_bodies import KIND_BALL
+from epto.wire._frames import pack_header
 
 GROUP = 42
 _ENTRY = struct.Struct(">QQQHBI")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from epto import ConfigurationError, GroupKey, keys
-from epto._keys import write_file_atomically
 from epto.cli import main
+from epto.wire._keys import write_file_atomically
 
 pytest.importorskip("cryptography")
 

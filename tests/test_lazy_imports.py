@@ -12,10 +12,10 @@ import sys
 import pytest
 
 LAZY = {
-    "GroupKey": "epto._seal",
-    "EventSigner": "epto._signing",
-    "SignatureVerifier": "epto._signing",
-    "VerifierStatistics": "epto._signing",
+    "GroupKey": "epto.wire._seal",
+    "EventSigner": "epto.wire._signing",
+    "SignatureVerifier": "epto.wire._signing",
+    "VerifierStatistics": "epto.wire._signing",
     "TokenRingConfig": "epto.tokenring",
 }
 

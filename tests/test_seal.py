@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from epto import ConfigurationError, Event, GroupKey, LocalProtocolError
-from epto._limits import HEADER_SIZE
 from epto.epidemic._peer_messages import Leave, PeerDescriptor, ShuffleReply
 from epto.wire import FrameCodec, GroupSealer, ReplayWindow
+from epto.wire._limits import HEADER_SIZE
 
 pytest.importorskip("cryptography")
 

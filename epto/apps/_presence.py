@@ -28,11 +28,11 @@ from typing import Any
 
 import attrs
 
-from .._codec import FrameCodec
 from .._errors import RemoteProtocolError
-from .._frames import FrameKind, FrameRegistry, Reader
-from .._limits import Limits
-from .._seal import GroupKey, GroupSealer
+from ..wire._codec import FrameCodec
+from ..wire._frames import FrameKind, FrameRegistry, Reader
+from ..wire._limits import Limits
+from ..wire._seal import GroupKey, GroupSealer
 
 
 @attrs.define

@@ -46,8 +46,8 @@ import attrs
 
 from .._errors import LocalProtocolError, RemoteProtocolError
 from .._event import Event
-from .._frames import FrameKind, FrameRegistry, Reader
-from .._limits import Limits
+from ..wire._frames import FrameKind, FrameRegistry, Reader
+from ..wire._limits import Limits
 
 PUBLISH_CODE = 40
 SEQUENCED_CODE = 41

@@ -18,10 +18,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from .._codec import FrameCodec
 from .._event import Event
-from .._limits import Limits
 from ..cli._args import non_negative_int, positive_int
+from ..wire._codec import FrameCodec
+from ..wire._limits import Limits
 
 GROUP = 7
 
@@ -102,7 +102,7 @@ def _codecs(limits: Limits, sealed: bool) -> tuple[FrameCodec, FrameCodec, Any]:
     if not sealed:
         codec = FrameCodec(group=GROUP, limits=limits)
         return codec, codec, None
-    from .._seal import GroupKey, GroupSealer
+    from ..wire._seal import GroupKey, GroupSealer
 
     key = GroupKey(key_id=1, secret=bytes(32))
     tx_sealer = GroupSealer(key, counter_start=0, prefix=b"aaaa")
@@ -116,7 +116,7 @@ def _time_ball(
     tx: FrameCodec, rx: FrameCodec, rx_sealer: Any, ball: Any, sealed: bool, seconds: float
 ) -> tuple[float, float]:
     """Seconds to encode ``ball`` and to decode all of its frames."""
-    from .._replay import ReplayWindow
+    from ..wire._replay import ReplayWindow
 
     enc = _per_call(lambda: tx.encode(1, ball), seconds)
     # Sealed frames cannot be decoded twice (replay protection): cycle through
@@ -166,7 +166,7 @@ def bench_codec(args: argparse.Namespace) -> None:
 def _signed_ball(n: int, payload: int, rng: random.Random) -> tuple[dict[Any, Any], Any]:
     """A ball of ``n`` events of four sources, validly signed, and a verifier
     that has verified every one of them (its later checks are cache hits)."""
-    from .._signing import EventSigner, SignatureVerifier
+    from ..wire._signing import EventSigner, SignatureVerifier
 
     signers = [EventSigner(pid, bytes([pid + 1]) * 32) for pid in range(4)]
     verifier = SignatureVerifier({s.source: s.public_key for s in signers})
@@ -225,7 +225,7 @@ def _time_frames(
     rx: FrameCodec, rx_sealer: Any, batches: list[list[bytes]], held: Any, seconds: float
 ) -> float:
     """Seconds to decode one batch of frames (a ball) with ``held``."""
-    from .._replay import ReplayWindow
+    from ..wire._replay import ReplayWindow
 
     if rx_sealer is not None:
         rx_sealer.replay = ReplayWindow()
@@ -331,7 +331,7 @@ def bench_seal(args: argparse.Namespace) -> None:
 
 
 def bench_signatures(args: argparse.Namespace) -> None:
-    from .._signing import EventSigner, SignatureVerifier
+    from ..wire._signing import EventSigner, SignatureVerifier
 
     print("== Ed25519 event signatures")
     private = bytes(range(32))
@@ -405,8 +405,8 @@ def _msgpack_ball_decoder(msgpack: Any, limits: Limits) -> Callable[[bytes], dic
 
 
 def _compare_msgpack(msgpack: Any, ball: dict[Any, Any], seconds: float) -> str:
-    from .._frame_bodies import decode_ball, split_ball
-    from .._frames import Reader
+    from ..wire._frame_bodies import decode_ball, split_ball
+    from ..wire._frames import Reader
 
     limits = Limits.for_frame_size(60000)
     n = len(ball)

@@ -337,7 +337,7 @@ def _token_file(path: str, what: str, limit: int) -> bytes:
     """A token read as key files are (a regular file that only its owner can
     access), stripped, and 1 to ``limit`` bytes long."""
     from epto import ConfigurationError
-    from epto._keys import _read
+    from epto.wire._keys import _read
 
     token = _read(path, secret=True).strip()
     if not token or len(token) > limit:

@@ -29,8 +29,8 @@ import attrs
 
 from .._errors import LocalProtocolError, RemoteProtocolError
 from .._event import ProcessId
-from .._frames import FrameKind, FrameRegistry, Reader
-from .._limits import Limits
+from ..wire._frames import FrameKind, FrameRegistry, Reader
+from ..wire._limits import Limits
 from ._config import parse_host_port
 
 ADDRESSES_CODE = 32

@@ -12,19 +12,19 @@ from typing import Literal, TypeAlias
 
 import attrs
 
-from .._codec import FrameCodec
 from .._defaults import DEFAULT_CLOCK, DEFAULT_ROUND_INTERVAL
 from .._errors import ConfigurationError, LocalProtocolError
 from .._event import ProcessId
-from .._frames import FrameRegistry
 from .._incarnation import check_incarnation
-from .._limits import Limits
-from .._seal import GroupKey, GroupSealer
-from .._signing import EventSigner, SignatureVerifier
 from ..atoms._config import AtomsConfig
 from ..epidemic._config import Config
 from ..epidemic._cyclon import CyclonConfig
 from ..tokenring import TokenRingConfig, choose_mode
+from ..wire._codec import FrameCodec
+from ..wire._frames import FrameRegistry
+from ..wire._limits import Limits
+from ..wire._seal import GroupKey, GroupSealer
+from ..wire._signing import EventSigner, SignatureVerifier
 
 OverflowPolicy: TypeAlias = Literal["fail", "drop"]
 

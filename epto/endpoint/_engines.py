@@ -35,11 +35,11 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from .._event import Delivery, EventId, ProcessId
 from .._incarnation import COUNT_MASK, incarnation_of
-from .._limits import Limits
 from ..atoms._process import AtomsProcess
 from ..epidemic._node import Node
 from ..epidemic._process import Process
 from ..tokenring import TokenRingProcess
+from ..wire._limits import Limits
 from ._streams import check_payload
 
 

@@ -49,7 +49,7 @@ from collections.abc import Mapping
 from typing import NamedTuple, Protocol, runtime_checkable
 
 from .._event import Delivery, EventId, ProcessId
-from .._limits import Limits
+from ..wire._limits import Limits
 from ._config import Address
 
 

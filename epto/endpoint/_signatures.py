@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from .._event import Event, ProcessId
-from .._signing import EventSigner, SignatureVerifier
+from ..wire._signing import EventSigner, SignatureVerifier
 
 
 class Signatures:

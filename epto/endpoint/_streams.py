@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from .._codec import FrameCodec
 from .._errors import LocalProtocolError
 from .._event import ProcessId
-from .._limits import Limits
+from ..wire._codec import FrameCodec
+from ..wire._limits import Limits
 from ._addresses import AddressBook, Directory
 from ._protocol import Transmit
 

@@ -98,7 +98,7 @@ def network_options(opts: Mapping[str, str]) -> tuple[tuple[str, ...], bytes]:
         token = value.encode()
     else:
         from .. import keys
-        from .._keys import _read
+        from ..wire._keys import _read
 
         try:
             if name == "epto.tokenFile":

@@ -14,8 +14,8 @@ import attrs
 
 from .._errors import ConfigurationError
 from .._event import ProcessId
-from .._limits import HEADER_SIZE, SEAL_OVERHEAD, SIGNATURE_SIZE, Limits
 from ..optimistic._config import OptimisticConfig
+from ..wire._limits import HEADER_SIZE, SEAL_OVERHEAD, SIGNATURE_SIZE, Limits
 
 AUTO_TOKEN_RING_MAX_GROUP = 30
 """Largest group for which ``mode="auto"`` picks the token ring over EpTO."""

@@ -40,8 +40,8 @@ import attrs
 
 from .._errors import LocalProtocolError, RemoteProtocolError
 from .._event import Event, ProcessId
-from .._frames import Reader
-from .._limits import Limits
+from ..wire._frames import Reader
+from ..wire._limits import Limits
 from . import _frame_parts as fp
 from ._messages import Ballot, RingConfig, TokenState
 

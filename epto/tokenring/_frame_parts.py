@@ -15,8 +15,8 @@ from itertools import repeat
 
 from .._errors import LocalProtocolError, RemoteProtocolError
 from .._event import Event, EventId
-from .._frames import Reader
-from .._limits import SIGNATURE_SIZE, Limits
+from ..wire._frames import Reader
+from ..wire._limits import SIGNATURE_SIZE, Limits
 from ._messages import Batch, RingConfig, TokenState
 
 _U16 = struct.Struct(">H")

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._frame_bodies import default_registry
-from .._frames import FrameKind, FrameRegistry, Reader
-from .._limits import Limits
+from ..wire._frame_bodies import default_registry
+from ..wire._frames import FrameKind, FrameRegistry, Reader
+from ..wire._limits import Limits
 from . import _frame_parts as fp
 from ._messages import (
     Accept,

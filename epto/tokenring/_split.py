@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import attrs
 
-from .._frames import FrameRegistry
+from ..wire._frames import FrameRegistry
 from ._frames import token_ring_registry
 from ._messages import Catchup, DataBatch, Order
 

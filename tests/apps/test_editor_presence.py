@@ -14,7 +14,6 @@ import random
 
 import pytest
 
-from epto._frames import pack_header
 from epto.apps._ot import Insert
 from epto.apps._presence import (
     MAX_GOSSIP,
@@ -27,6 +26,7 @@ from epto.apps._presence import (
 from epto.apps.text import TextDocument
 from epto.keys import generate_group_key
 from epto.wire import GroupSealer
+from epto.wire._frames import pack_header
 
 
 def _presence(

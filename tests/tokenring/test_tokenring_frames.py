@@ -310,7 +310,7 @@ def test_batches_and_assignments_travel_as_runs() -> None:
 def test_hostile_runs_are_refused(first: int, count: int, fault: str) -> None:
     import struct
 
-    from epto._frames import pack_header
+    from epto.wire._frames import pack_header
 
     c = codec()
     kind = token_ring_registry().by_type(Token)
@@ -331,7 +331,7 @@ def test_hostile_runs_are_refused(first: int, count: int, fault: str) -> None:
     ],
 )
 def test_hostile_batch_events_are_refused(entry: bytes, fault: str) -> None:
-    from epto._frames import pack_header
+    from epto.wire._frames import pack_header
 
     c = codec()
     kind = token_ring_registry().by_type(DataBatch)

@@ -22,7 +22,6 @@ from epto.transports.simulation import TokenRingCluster
 from tokenring_scenarios import agreement_violations
 
 from epto import Event, Limits
-from epto._codec import FrameCodec
 from epto._incarnation import MAX_INCARNATION
 from epto.check import check
 from epto.tokenring import TokenRingConfig, TokenRingProcess, token_ring_registry
@@ -36,6 +35,7 @@ from epto.tokenring._messages import (
     RingConfig,
     TokenState,
 )
+from epto.wire._codec import FrameCodec
 
 
 class RestartNet:

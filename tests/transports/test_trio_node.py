@@ -381,10 +381,10 @@ def test_address_book_frames_round_trip_and_garbage_is_a_protocol_error() -> Non
     from hypothesis import strategies as st
 
     from epto import RemoteProtocolError
-    from epto._frames import pack_header
     from epto.endpoint._addresses import ADDRESSES_CODE, AddressBook, with_addresses
     from epto.tokenring import token_ring_registry
     from epto.wire import FrameCodec
+    from epto.wire._frames import pack_header
 
     codec = FrameCodec(group=3, registry=with_addresses(token_ring_registry()))
     book = AddressBook(entries=((1, "127.0.0.1:9001"), (2**64 - 1, "[::1]:7")))

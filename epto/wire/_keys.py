@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ._errors import ConfigurationError
-from ._event import ProcessId
+from .._errors import ConfigurationError
+from .._event import ProcessId
 from ._seal import CIPHERS, Cipher, GroupKey
 
 GROUP_KEY_TYPE = "epto-group-key"

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ._errors import ConfigurationError
-from ._event import Event, EventId, ProcessId
+from .._errors import ConfigurationError
+from .._event import Event, EventId, ProcessId
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import (

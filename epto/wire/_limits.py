@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import attrs
 
-from ._errors import ConfigurationError
+from .._errors import ConfigurationError
 
 HEADER_SIZE = 24
 """Bytes of the frame header (docs/wire-format.md)."""

@@ -14,8 +14,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from ._errors import LocalProtocolError, RemoteProtocolError
-from ._event import Event, EventId, ProcessId
+from .._errors import LocalProtocolError, RemoteProtocolError
+from .._event import Event, EventId, ProcessId
 from ._frame_bodies import (
     KIND_BALL,
     HeldLookup,

@@ -11,12 +11,12 @@ import struct
 from collections.abc import Callable, Iterable, Mapping
 from itertools import chain, repeat
 
-from ._errors import LocalProtocolError, RemoteProtocolError
-from ._event import Event, EventId
+from .._errors import LocalProtocolError, RemoteProtocolError
+from .._event import Event, EventId
+from ..epidemic._ball import CheckedBall, LayeredBall
+from ..epidemic._peer_messages import Leave, PeerDescriptor, ShuffleReply, ShuffleRequest
 from ._frames import FrameKind, FrameRegistry, Reader
 from ._limits import EVENT_FIXED_SIZE, PEER_FIXED_SIZE, SIGNATURE_SIZE, Limits
-from .epidemic._ball import CheckedBall, LayeredBall
-from .epidemic._peer_messages import Leave, PeerDescriptor, ShuffleReply, ShuffleRequest
 
 KIND_BALL = 1
 KIND_SHUFFLE_REQUEST = 2

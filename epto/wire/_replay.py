@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from ._errors import ConfigurationError
-from ._event import ProcessId
+from .._errors import ConfigurationError
+from .._event import ProcessId
 
 
 class ReplayWindow:

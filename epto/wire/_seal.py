@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Literal
 
 import attrs
 
-from ._errors import ConfigurationError, LocalProtocolError, RemoteProtocolError
-from ._event import ProcessId
+from .._errors import ConfigurationError, LocalProtocolError, RemoteProtocolError
+from .._event import ProcessId
 from ._frames import FLAG_BOUND, FLAG_SEALED, Header, pack_header
 from ._limits import HEADER_SIZE, SEAL_OVERHEAD
 from ._replay import ReplayWindow

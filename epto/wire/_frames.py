@@ -20,8 +20,8 @@ from typing import Any
 
 import attrs
 
-from ._errors import LocalProtocolError, RemoteProtocolError
-from ._event import ProcessId
+from .._errors import LocalProtocolError, RemoteProtocolError
+from .._event import ProcessId
 from ._limits import HEADER_SIZE, Limits
 
 MAGIC = b"\xe7\x70"
@@ -208,7 +208,7 @@ class FrameKind:
     decode: Decoder
     split: Splitter | None = None
     """How a message of this kind too big for one frame is split
-    (:class:`~epto._codec.FrameCodec` encodes the parts, halving again as
+    (:class:`~epto.wire._codec.FrameCodec` encodes the parts, halving again as
     needed); None: it is not."""
 
     @code.validator
