@@ -18,6 +18,13 @@ real node makes:
   later incarnation stops it (``superseded_by``);
 * token ring: flushed, every broadcast of this member delivered here.
 
+Every adapter also says whether its member may broadcast now
+(``can_broadcast``: a token-ring member that is joining or excluded may
+not, an atoms node that belongs to no group may not) and whether it holds
+work not done yet (``busy``: something received, held back or sent that is
+not delivered or sequenced yet), which a driver (or the simulator's
+settling) reads without knowing the engine.
+
 What only one engine has (adding members to a full view, advancing a
 clock, the token ring's vote) is reached through the typed handle
 :attr:`EptoAdapter.engine` / :attr:`TokenRingAdapter.engine`, never by
@@ -38,7 +45,7 @@ from .._incarnation import COUNT_MASK, incarnation_of
 from ..atoms._process import AtomsProcess
 from ..epidemic._node import Node
 from ..epidemic._process import Process
-from ..tokenring import TokenRingProcess
+from ..tokenring import Role, TokenRingProcess
 from ..wire._limits import Limits
 from ._streams import check_payload
 
@@ -56,6 +63,9 @@ class _Engine(Protocol):
 
 
 E = TypeVar("E", bound=_Engine)
+
+_SENDING_ROLES = (Role.CORE, Role.EXTERNAL)
+"""The token-ring roles of a member of the view."""
 
 
 class _Adapter(Generic[E]):
@@ -158,6 +168,16 @@ class EptoAdapter(_Adapter[Node | Process]):
             account(delivery)
             yield delivery
 
+    def can_broadcast(self) -> bool:
+        """Always: an EpTO process broadcasts from its start."""
+        return True
+
+    def busy(self) -> bool:
+        """A ball is being filled, an event received is not delivered yet,
+        or a broadcast is held back by the clock guard."""
+        sizes = self.process.memory_sizes()
+        return bool(sizes.get("next_ball") or sizes.get("received") or sizes.get("waiting"))
+
     def flushed(self) -> bool:
         """This process's last event has been relayed TTL rounds: leaving
         loses nothing of it."""
@@ -198,6 +218,25 @@ class TokenRingAdapter(_Adapter[TokenRingProcess]):
                 pending.discard(delivery.event.id)
             yield delivery
 
+    def can_broadcast(self) -> bool:
+        """A member of the view (core or external): not joining, not excluded."""
+        return self.engine.role in _SENDING_ROLES
+
+    def busy(self) -> bool:
+        """Joining, or (in the view) a stable position not delivered yet, an
+        own message not sequenced yet or an optimistic delivery not ended
+        yet (final or revoked). An excluded member is never busy."""
+        process = self.engine
+        if process.role is Role.JOINING:
+            return True
+        if process.excluded:
+            return False
+        stats = process.statistics()
+        sizes = process.memory_sizes()
+        return bool(
+            stats.next_deliver != stats.stable or sizes["own_unsequenced"] or sizes.get("tentative")
+        )
+
     def flushed(self) -> bool:
         """Every broadcast of this member was delivered here: the group has
         sequenced it."""
@@ -225,6 +264,14 @@ class AtomsAdapter(_Adapter[AtomsProcess]):
         """Publish to ``group``, in the pairwise order."""
         check_payload(self.limits, payload)
         return self.engine.publish(group, payload)
+
+    def can_broadcast(self) -> bool:
+        """This node belongs to some group."""
+        return bool(self.engine.groups)
+
+    def busy(self) -> bool:
+        """A publication of this node is not sequenced yet."""
+        return self.engine.statistics().pending != 0
 
     def flushed(self) -> bool:
         """Every publication of this node has come back to it delivered (or
