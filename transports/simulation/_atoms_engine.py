@@ -133,9 +133,6 @@ class AtomsEngine(Engine):
     def stop(self, pid: ProcessId, proc: Member) -> None:
         pass
 
-    def can_broadcast(self, proc: Member) -> bool:
-        return bool(_atoms(proc).groups)
-
     def bootstrap(self, n: int, first: ProcessId) -> list[ProcessId] | None:
         return None
 
@@ -144,11 +141,6 @@ class AtomsEngine(Engine):
 
     def flusher(self) -> Flush:
         return self.port.drain
-
-    def settled(self) -> bool:
-        if self.sim.network_statistics().in_flight:
-            return False
-        return all(_atoms(p).statistics().pending == 0 for p in self.sim.processes.values())
 
     def entries_processed(self) -> int:
         return self.sim.network_statistics().arrived

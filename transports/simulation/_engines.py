@@ -34,7 +34,7 @@ from epto.atoms import AtomsConfig
 from epto.check import CheckReport, check
 from epto.endpoint import EptoAdapter, TokenRingAdapter
 from epto.epidemic import FullView, Membership, Node, PeerDescriptor, PeerSampler, Process
-from epto.tokenring import Role, TokenRingConfig, TokenRingProcess
+from epto.tokenring import TokenRingConfig, TokenRingProcess
 from epto.wire import Ball
 
 from ._atoms_engine import AtomsEngine
@@ -53,8 +53,6 @@ from ._members import (
     refuse_round_options,
 )
 from ._spec import SimulationSpec
-
-_SENDING_ROLES = (Role.CORE, Role.EXTERNAL)
 
 
 def _process(member: Member) -> Process:
@@ -154,9 +152,6 @@ class EptoEngine(Engine):
     def stop(self, pid: ProcessId, proc: Member) -> None:
         self._entries_of_departed += _process(proc).statistics().entries_received
 
-    def can_broadcast(self, proc: Member) -> bool:
-        return True
-
     def bootstrap(self, n: int, first: ProcessId) -> list[ProcessId] | None:
         return None
 
@@ -182,15 +177,6 @@ class EptoEngine(Engine):
 
     def flusher(self) -> Flush:
         return self.port.drain
-
-    def settled(self) -> bool:
-        if self.sim.network_statistics().in_flight:
-            return False
-        for proc in self.sim.processes.values():
-            st = _process(proc).memory_sizes()
-            if st.get("next_ball") or st.get("received") or st.get("waiting"):
-                return False  # "waiting": broadcasts the clock guard holds back
-        return True
 
     def entries_processed(self) -> int:
         total = self._entries_of_departed
@@ -354,9 +340,6 @@ class TokenRingEngine(Engine):
     def stop(self, pid: ProcessId, proc: Member) -> None:
         pass
 
-    def can_broadcast(self, proc: Member) -> bool:
-        return _ring(proc).role in _SENDING_ROLES
-
     def bootstrap(self, n: int, first: ProcessId) -> list[ProcessId] | None:
         if self.sim.processes:
             return None
@@ -387,20 +370,15 @@ class TokenRingEngine(Engine):
         return flush
 
     def settled(self) -> bool:
+        # Heartbeats never stop: no process busy, and every member of the view
+        # has delivered the same stable prefix.
         marks = set()
-        for member in self.sim.processes.values():
-            proc = _ring(member)
-            if proc.role is Role.JOINING:
+        for proc in self.sim.endpoints.values():
+            if proc.busy():
                 return False
-            if proc.excluded:
-                continue
-            stats = proc.statistics()
-            sizes = proc.memory_sizes()
-            if stats.next_deliver != stats.stable or sizes["own_unsequenced"]:
-                return False
-            if sizes.get("tentative"):
-                return False  # an optimistic delivery not ended yet (FINAL or REVOKED)
-            marks.add(stats.next_deliver)
+            ring = _ring(proc.engine)
+            if not ring.excluded:
+                marks.add(ring.statistics().next_deliver)
         return len(marks) <= 1
 
     def entries_processed(self) -> int:

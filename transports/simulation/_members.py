@@ -153,10 +153,9 @@ class Engine(ABC):
     through which it sends, drains and schedules.
 
     The simulation side: :meth:`create`, :meth:`start`, :meth:`stop`,
-    :meth:`can_broadcast`, :meth:`bootstrap`, :meth:`sender` and
-    :meth:`flusher` (bound once, so the run loop calls them without
-    indirection), :attr:`drain_every_input`, :meth:`settled`,
-    :meth:`entries_processed`. The experiment side (``run_simulation``):
+    :meth:`bootstrap`, :meth:`sender` and :meth:`flusher` (bound once, so
+    the run loop calls them without indirection), :attr:`drain_every_input`,
+    :meth:`settled`, :meth:`entries_processed`. The experiment side (``run_simulation``):
     :meth:`configure`, :meth:`options`, :meth:`observers`,
     :meth:`drain_rounds`, :meth:`expected_rounds`, :meth:`idle`,
     :meth:`complete`, :meth:`verdict`, :meth:`figures`.
@@ -216,10 +215,6 @@ class Engine(ABC):
         """``proc`` has crashed: keep what the figures need of it."""
 
     @abstractmethod
-    def can_broadcast(self, proc: Member) -> bool:
-        """Whether the live ``proc`` may broadcast."""
-
-    @abstractmethod
     def bootstrap(self, n: int, first: ProcessId) -> list[ProcessId] | None:
         """The ids of the bootstrap members of a group of ``n`` started at
         once (``first`` is the lowest id never used in the simulation), or
@@ -233,9 +228,14 @@ class Engine(ABC):
     def flusher(self) -> Flush:
         """What drains a process's outputs (and re-arms its timer if need be)."""
 
-    @abstractmethod
     def settled(self) -> bool:
-        """Nothing more will happen (no broadcast is scheduled)."""
+        """Nothing more will happen (no broadcast is scheduled). By
+        default: no message in flight and no process busy
+        (:meth:`epto.endpoint.EptoAdapter.busy` and its kin)."""
+        sim = self.sim
+        if sim.network_statistics().in_flight:
+            return False
+        return not any(proc.busy() for proc in sim.endpoints.values())
 
     @abstractmethod
     def entries_processed(self) -> int:
@@ -501,10 +501,8 @@ class Members(VirtualNetwork):
     def can_broadcast(self, pid: ProcessId) -> bool:
         """``pid`` is alive and may broadcast (a token-ring process must be a
         member of the view: not joining, not excluded)."""
-        proc = self.processes.get(pid)
-        if proc is None:
-            return False
-        return self.engine.can_broadcast(proc)
+        proc = self.endpoints.get(pid)
+        return proc is not None and proc.can_broadcast()
 
     def broadcast(self, pid: ProcessId, payload: bytes) -> EventId:
         """``pid`` broadcasts ``payload`` now (refused, as by a real node,
