@@ -127,6 +127,12 @@ def register(sub: Any) -> None:
         "--jitter", type=float, default=0.0, help="each round starts up to jitter*δ late"
     )
     n.add_argument(
+        "--wire",
+        action="store_true",
+        help="EpTO: run every process as a full endpoint, frames as bytes on the links "
+        "(framing, signatures, splitting decided as by a real node; for small runs)",
+    )
+    n.add_argument(
         "--latency",
         choices=("constant", "uniform", "planetlab", "transit-stub"),
         default="planetlab",
@@ -310,6 +316,7 @@ def run(args: argparse.Namespace) -> int:
             shuffle_period=args.shuffle_period,
             pss_warmup=args.pss_warmup,
             pss_seeds=args.pss_seeds,
+            wire=args.wire,
             stop_when_complete=not args.run_to_quiescence,
             mode=args.mode,
             groups=args.groups,

@@ -58,6 +58,7 @@ from ._ring_cluster import TokenRingCluster as TokenRingCluster
 from ._simulation import Simulation as Simulation
 from ._spec import SimulationSpec as SimulationSpec
 from ._transit_stub import TransitStubLatency as TransitStubLatency
+from ._wire import WireProcess as WireProcess
 
 __all__ = [
     "Cluster",
@@ -75,5 +76,6 @@ __all__ = [
     "TokenRingCluster",
     "TransitStubLatency",
     "UniformLatency",
+    "WireProcess",
     "run_simulation",
 ]

@@ -53,6 +53,7 @@ from ._members import (
     refuse_round_options,
 )
 from ._spec import SimulationSpec
+from ._wire import WireProcess
 
 
 def _process(member: Member) -> Process:
@@ -69,6 +70,7 @@ class EptoEngine(Engine):
     mode: ClassVar[Literal["epto"]] = "epto"
     deterministic_agreement = False
     drain_every_input = False
+    wire = True
 
     def __init__(self, sim: Members, port: SimulationPort, config: Config) -> None:
         self.sim = sim
@@ -116,6 +118,22 @@ class EptoEngine(Engine):
         if not phase >= 0:
             raise LocalProtocolError(f"phase must be non-negative, got {phase!r}")
         now = sim.now
+        if sim.wire:
+            members = sorted(sim.membership)
+            wired = WireProcess(
+                pid,
+                base,
+                now=now + phase - interval,
+                seed=random.Random(f"epto-sim/{sim.seed}/process/{pid}").getrandbits(64),
+                limits=sim.limits,
+                members=members,
+                group_key=sim.wire_key,
+            )
+            for other in sim.endpoints.values():
+                assert isinstance(other, WireProcess)
+                other.add_member(pid)
+            sim.membership.add(pid)
+            return wired
         if isinstance(sim.pss, CyclonConfig):
             # A Cyclon node draws shuffles and partners too: a stream of its own.
             proc_rng = random.Random(f"epto-sim/{sim.seed}/process/{pid}")
@@ -151,6 +169,10 @@ class EptoEngine(Engine):
 
     def stop(self, pid: ProcessId, proc: Member) -> None:
         self._entries_of_departed += _process(proc).statistics().entries_received
+        if self.sim.wire:
+            for other in self.sim.endpoints.values():
+                assert isinstance(other, WireProcess)
+                other.remove_member(pid)
 
     def bootstrap(self, n: int, first: ProcessId) -> list[ProcessId] | None:
         return None
@@ -190,7 +212,12 @@ class EptoEngine(Engine):
 
     @staticmethod
     def options(spec: SimulationSpec) -> dict[str, Any]:
-        return {"drift": spec.drift, "jitter": spec.jitter, "pss": spec.cyclon_config() or "full"}
+        return {
+            "drift": spec.drift,
+            "jitter": spec.jitter,
+            "pss": spec.cyclon_config() or "full",
+            "wire": spec.wire,
+        }
 
     def observers(self) -> list[SimulationObserver]:
         return []

@@ -152,6 +152,8 @@ class SimulationResult:
         spec = attrs.asdict(self.spec)
         if spec["optimistic"] is None:
             del spec["optimistic"]  # a token ring without it, or another engine
+        if not spec["wire"]:
+            del spec["wire"]  # message level, the default
         return {**spec, **self.extra_parameters}
 
 

@@ -34,6 +34,7 @@ from epto import (
     CyclonConfig,
     Delivery,
     EventId,
+    GroupKey,
     Limits,
     LocalProtocolError,
     ProcessId,
@@ -47,12 +48,13 @@ from epto.tokenring import TokenRingConfig, TokenRingProcess
 from ._latency import LatencyModel
 from ._network import VirtualNetwork
 from ._spec import SimulationSpec
+from ._wire import WireProcess
 
 Member = Process | Node | TokenRingProcess | AtomsProcess
 """A simulated process: :class:`epto.epidemic.Process`, :class:`epto.epidemic.Node` with
 Cyclon, :class:`epto.tokenring.TokenRingProcess`, or
 :class:`epto.atoms.AtomsProcess`."""
-Adapter = EptoAdapter | TokenRingAdapter | AtomsAdapter
+Adapter = EptoAdapter | TokenRingAdapter | AtomsAdapter | WireProcess
 """What the run loop drives: the process behind the same message-level
 adapter a real node's endpoint runs (:mod:`epto.endpoint`), which makes the
 endpoint's decisions (payload limit, holes, flushed); ``adapter.engine`` is
@@ -163,9 +165,14 @@ class Engine(ABC):
 
     mode: ClassVar[Literal["epto", "token-ring", "atoms"]]
     """``SimulationSpec.mode`` and ``Simulation.mode`` of this engine."""
+    sim: Members
+    """The simulation this engine is bound to."""
     deterministic_agreement: ClassVar[bool]
     """Holes and validity violations are failures of a run (not only reported)."""
     drain_every_input: ClassVar[bool]
+    wire: ClassVar[bool] = False
+    """Its processes can run as full endpoints, bytes on the links
+    (``Simulation(wire=True)``)."""
     """Outputs are drained after every arrival, not only after timers and
     broadcasts (the default of ``Simulation.drain_every_input``)."""
 
@@ -310,6 +317,8 @@ class Members(VirtualNetwork):
         max_items_per_instant: int | None = None,
         limits: Limits | None = None,
         count_holes: bool = True,
+        wire: bool = False,
+        wire_key: GroupKey | None = None,
     ) -> None:
         if not (isinstance(drift, int | float) and 0 <= drift < 1):
             raise ConfigurationError(f"drift must be in [0, 1), got {drift!r}")
@@ -341,6 +350,13 @@ class Members(VirtualNetwork):
         self.engine = self._engine_for(config, port)
         """What differs between ordering engines (``_engines.py``)."""
         self.engine.check_options(drift=drift, jitter=jitter, sampler=sampler, pss=pss)
+        if wire and (not self.engine.wire or pss != "full" or sampler is not None):
+            raise ConfigurationError("wire runs EpTO processes over a full view only")
+        self.wire = bool(wire)
+        """Every process runs as a full endpoint and frames (bytes) travel on
+        the links (``_wire.py``); off: the adapters exchange messages as objects."""
+        self.wire_key = wire_key
+        """With ``wire``: the group key that seals every frame (None: unsealed)."""
         self.limits = limits if limits is not None else self.engine.default_limits()
         """The bounds a real node applies (``max_payload_size``): a broadcast
         above them is refused here as there. Default: the real node's of the
@@ -527,6 +543,11 @@ class Members(VirtualNetwork):
                 self.broadcast(pid, payload)
 
         self.call_at(at, action)
+
+    def inject(self, src: ProcessId, dest: ProcessId, frame: object) -> None:
+        """Hand ``frame`` to the network now as if ``src`` had sent it to
+        ``dest`` (an adversary on the links; with ``wire``, bytes)."""
+        self._send(src, [(dest, frame)], self.now)
 
     def add_observer(self, observer: SimulationObserver) -> None:
         self.observers.append(observer)

@@ -119,6 +119,10 @@ class SimulationSpec:
     max_items_per_instant: int | None = None
     """The simulator's stall bound (``Simulation(max_items_per_instant=)``;
     ``None``: its default)."""
+    wire: bool = False
+    """EpTO over a full view: every process runs as a full endpoint (framing,
+    sealing, signatures, splitting), frames as bytes on the links; for small
+    runs (``Simulation(wire=True)``)."""
 
     def validate(self) -> None:
         if not isinstance(self.processes, int) or self.processes < 2:
