@@ -3,10 +3,14 @@ process as a full endpoint, frames as bytes on the simulated links."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from epto.transports.simulation import Cluster, SimulationObserver, WireProcess
 
 from epto import Config, ConfigurationError, Delivery, GroupKey, ProcessId
+from epto.cli import main
 from epto.epidemic import FullView, Membership, PeerSampler
 
 N = 8
@@ -67,3 +71,19 @@ def _sampler(pid: ProcessId, membership: Membership) -> PeerSampler:
 def test_wire_is_refused_where_it_does_not_apply() -> None:
     with pytest.raises(ConfigurationError):
         Cluster(4, seed=1, config=Config.for_group(4), wire=True, pss_seeds=1, sampler=_sampler)
+
+
+def test_cli_wire_run_matches_the_message_level_run(tmp_path: Path) -> None:
+    summaries = []
+    for extra in ([], ["--wire"]):
+        out = tmp_path / f"out{len(extra)}.json"
+        args = ["simulate", "--processes", "12", "--events", "4", "--rounds", "4"]
+        args += ["--latency", "constant", "--drift", "0", "--seed", "2", "--quiet"]
+        assert main([*args, "--json", str(out), *extra]) == 0
+        summaries.append(json.loads(out.read_text()))
+    plain, wired = summaries
+    assert "wire" not in plain["parameters"]
+    assert wired["parameters"]["wire"] is True
+    assert wired["ok"] and plain["ok"]
+    for key in ("events", "deliveries", "holes", "order_violations"):
+        assert wired[key] == plain[key], key
