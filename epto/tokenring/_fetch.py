@@ -11,7 +11,9 @@ Rules:
   heard, or the holder of the token waiting here; else (or if that member
   said it no longer keeps what we miss) to a member drawn with the process's
   ``rng`` among those ahead of us (those that did not say so first), else
-  among the core, else among the members. A token that waits here for
+  among the core and the members the token names as holders of the first
+  payload we miss (one that left the core since may be the only one that
+  holds it), else among the members. A token that waits here for
   messages makes the first fetch go at once (a negative acknowledgement to
   its sender, which holds them), and a fetch due while the last one is
   unanswered goes to another member than that one (its link may be down).
@@ -114,8 +116,15 @@ class Fetcher:
             return math.inf
         return min(self._due, max(self.since, self._sent) + self._s.settings.fetch_timeout)
 
-    def check(self, now: float, pending: tuple[ProcessId, TokenState] | None) -> None:
-        """Send a fetch if one is due; ``pending`` is the token waiting here."""
+    def check(
+        self,
+        now: float,
+        pending: tuple[ProcessId, TokenState] | None,
+        snap: TokenState | None = None,
+    ) -> None:
+        """Send a fetch if one is due; ``pending`` is the token waiting here,
+        ``snap`` the most advanced state of the token known here (its batches
+        name who holds a payload missing here)."""
         if self.since is None:
             return
         s = self._s
@@ -141,13 +150,22 @@ class Fetcher:
             # Members that delivered past what we miss can serve it (those that
             # did not say they no longer keep it first); others may miss it too.
             ahead = self._ahead()
-            others = (
-                [m for m in ahead if too_old.get(m) != need and m != unanswered]
-                or [m for m in ahead if m != unanswered]
-                or [m for m in s.ring.core if m not in (s.pid, unanswered)]
-                or [m for m in s.ring.members if m not in (s.pid, unanswered)]
-                or [m for m in s.ring.members if m != s.pid]
-            )
+            others = [m for m in ahead if too_old.get(m) != need and m != unanswered] or [
+                m for m in ahead if m != unanswered
+            ]
+            if not others:
+                # The core, and the token's holders of the first payload we
+                # miss: a member that sequenced a message and left the core
+                # since may be the only one that holds it.
+                holders = self._holders(pending, snap)
+                mine = (s.pid, unanswered)
+                core = s.ring.core
+                others = (
+                    [m for m in core if m not in mine]
+                    + sorted(m for m in holders if m not in mine and m not in core)
+                    or [m for m in s.ring.members if m not in mine]
+                    or [m for m in s.ring.members if m != s.pid]
+                )
             if not others:
                 return
             target = self._rng.choice(others)
@@ -175,6 +193,25 @@ class Fetcher:
         self._sent = now
         s.counts.fetches += 1
         self._order_from = None
+
+    def _holders(
+        self, pending: tuple[ProcessId, TokenState] | None, snap: TokenState | None
+    ) -> frozenset[ProcessId]:
+        """The holders, in the token (``pending``'s, else ``snap``), of the
+        first batch with a payload missing here; empty if none is known. The
+        walk is bounded by the token's window."""
+        book = self._s.book
+        need = book.next_deliver
+        for state in (pending[1] if pending is not None else None, snap):
+            if state is None:
+                continue
+            for b in state.batches:
+                if b.end <= need:
+                    continue
+                start = max(0, need - b.first)
+                if any(book.payload(eid) is None for eid in b.ids[start:]):
+                    return b.holders
+        return frozenset()
 
     def known_end(self) -> int:
         """How far this process knows the order to be final: its stability mark,

@@ -437,7 +437,7 @@ class TokenRingProcess:
             self._data.resend_own(now)
         self._tokens.tick(now)
         self._out.flush_due(now)
-        self._fetch.check(now, self._tokens.pending)
+        self._fetch.check(now, self._tokens.pending, self._tokens.snap)
         self._change.drive(now)
         if self._optimistic is not None:
             self._optimistic.plans.tick(now)
