@@ -86,7 +86,7 @@ import trio
 from epto.transports.trio_node import open_node
 
 from epto import ConfigurationError, Delivery, EventId, LocalProtocolError, ProcessId
-from epto.endpoint import Address, NodeConfig, parse_host_port
+from epto.endpoint import Address, NodeConfig, ordering_of, parse_host_port
 from epto.rsm import (
     Applied,
     AuditVerdicts,
@@ -180,18 +180,22 @@ class ReplicatedNode:
             node = attrs.evolve(node, data_dir=cfg.data_dir)
         self.machine = machine
         self.node_config = node
-        self._ring = node.resolved_mode() == "token-ring"
+        self._order = ordering_of(node)
+        """What the engine's order promises (:class:`epto.endpoint.Ordering`):
+        numbered positions without gaps, a view the members agree on. Every
+        decision below that differs between the engines names the promise it
+        rests on, never the engine."""
         self.replica = Replica(
             machine,
             codec=cfg.codec,
             joining=cfg.joining is True,
-            contiguous=self._ring,
+            contiguous=self._order.positions,
             max_buffer=cfg.max_buffer,
         )
         self._peers: dict[ProcessId, Address] = {
             p: a for p, a in sorted(cfg.peers.items()) if p != node.pid
         }
-        acknowledge = cfg.acknowledge or ("local" if self._ring else "majority")
+        acknowledge = cfg.acknowledge or ("local" if self._order.view else "majority")
         self.acknowledge: str = acknowledge
         """``"majority"`` or ``"local"`` (:attr:`ReplicaConfig.acknowledge`)."""
         self._commits = CommitTracker(self._peers)
@@ -219,7 +223,9 @@ class ReplicatedNode:
         replica never takes a state whose chain lacks it, unless a majority
         of the replicas hold that state (docs/rsm.md, *A partition with no
         majority*)."""
-        self._group = group_id([node.pid, *self._peers]) if self._peers and not self._ring else None
+        self._group = (
+            group_id([node.pid, *self._peers]) if self._peers and not self._order.view else None
+        )
         """EpTO: the replicas this one counts its majority over, named on
         every ``state`` request: a peer given another set refuses it. (The
         token ring's majority is its view's, not ``peers``: a joiner lists
@@ -262,7 +268,7 @@ class ReplicatedNode:
             wait=min(5.0, cfg.transfer_timeout),
             key=self._transfer_key,
             view=self._view,
-            matched=None if self._ring else self._matched,
+            matched=None if self._order.view else self._matched,
             group=self._group,
         )
         self._stack: AsyncExitStack | None = None
@@ -275,12 +281,12 @@ class ReplicatedNode:
             # Under this replica's own id, whatever the incarnation.
             durable.recover(self.replica, joining=self.config.joining is True)
         self._restarted = self.replica.cut is not None
-        if not self._ring and self.replica.cut is not None:
+        if not self._order.view and self.replica.cut is not None:
             # What it shared before the restart is not known: all it holds
             # is kept as shared (conservative; a majority may override).
             self._protected = (self.replica.cut, self.replica.digest)
         ask = self.config.joining == "auto" and bool(self._peers)
-        if ask or self._must_fetch or self._ring:
+        if ask or self._must_fetch or self._order.view:
             self.replica.suspend()  # apply nothing until the state is known whole
         self._decided = not (ask or self._must_fetch)
         async with AsyncExitStack() as stack:
@@ -288,7 +294,7 @@ class ReplicatedNode:
                 stack.callback(durable.close)
             self._node = await stack.enter_async_context(open_node(self.node_config))
             cut = self.replica.cut
-            if not self._ring and cut is not None:
+            if not self._order.positions and cut is not None:
                 # Before any checkpoint: neither deliver again nor broadcast
                 # below what this member applied in an earlier incarnation.
                 self._node.engine.resume_after(cut[0])
@@ -308,7 +314,7 @@ class ReplicatedNode:
                 nursery.start_soon(self._peer_loop, pid, address)
             if self._peers and self.config.audit_interval < math.inf:
                 nursery.start_soon(self._audit_loop)
-            if self._peers and not self._ring:
+            if self._peers and not self._order.view:
                 nursery.start_soon(self._resolve_loop)
             self._stack = stack.pop_all()
         return self
@@ -346,14 +352,14 @@ class ReplicatedNode:
 
     def _view(self) -> int:
         """The view the node is in (token ring: its configuration's instance)."""
-        if not self._ring or self._node is None:
+        if not self._order.view or self._node is None:
             return 0
         return max(0, int(self._node.statistics().instance))
 
     def _in_view(self) -> bool:
         """Token ring: the node is a member of the view (not joining, not
         excluded). EpTO has no view to enter."""
-        if not self._ring or self._node is None:
+        if not self._order.view or self._node is None:
             return True
         return bool(self._node.statistics().role in ("core", "external"))
 
@@ -379,7 +385,7 @@ class ReplicatedNode:
             # A token-ring member that left the view since it was ready (a
             # later start of it was admitted, or it asks to be admitted back)
             # refuses to broadcast: not ready, rather than the caller's fault.
-            if self._ring and self._node.statistics().role == "joining":
+            if self._order.view and self._node.statistics().role == "joining":
                 raise ReplicaNotReadyError(
                     f"replica {self.node_config.pid} is not in the view (it asks to be "
                     "admitted back); nothing was broadcast"
@@ -585,7 +591,7 @@ class ReplicatedNode:
         if self._must_fetch or self.replica.hole:
             if self.config.joining is True and not self.transfers:
                 await self._settle()
-            if self._ring and self.replica.needed() is None:
+            if self._order.positions and self.replica.needed() is None:
                 # Nothing delivered yet: wait a little for the first delivery
                 # (the snapshot must reach it), then take any.
                 with trio.move_on_after(1.0):
@@ -604,7 +610,7 @@ class ReplicatedNode:
             if await self._settle():
                 return  # ask again, after EpTO's in-flight events arrived
             if self._view() < max(s.view for s in ready.values()) or (
-                self._ring and self._view() == 0 and self._restarted
+                self._order.view and self._view() == 0 and self._restarted
             ):
                 # Token ring: a member started again as itself runs a bootstrap
                 # view until the group's configuration replaces it (the view
@@ -631,7 +637,7 @@ class ReplicatedNode:
         """EpTO: wait, once, until ``join_settle`` after start (events
         broadcast before this start reach the others, not it, and a state
         fetched must be past them); whether it waited."""
-        if self._ring:
+        if self._order.positions:
             return False
         left = self._started + self._settle_time() - trio.current_time()
         if left <= 0:
@@ -729,7 +735,7 @@ class ReplicatedNode:
                 return True
         replica = self.replica
         if (
-            not self._ring
+            not self._order.view
             and self._protected is not None
             and replica.cut is not None
             and not replica.overflowed
@@ -757,7 +763,7 @@ class ReplicatedNode:
         if rule == "holds" and protected is not None and (need is None or need < protected[0]):
             need = protected[0]
         own = self.replica.cut
-        if not self._ring and own is not None and (need is None or need < own):
+        if not self._order.positions and own is not None and (need is None or need < own):
             # Its node delivers only after what it delivered already: a state
             # short of that would leave a gap before what it delivers next.
             need = own
@@ -804,7 +810,7 @@ class ReplicatedNode:
             if keep is None:
                 return True
             protected = keep
-        if self._ring or protected is None:
+        if self._order.view or protected is None:
             confirm, contradict, ready = await self._confirmations(snapshot, provider)
             return not ready or (confirm >= 1 and contradict < confirm)
         holds = False
@@ -832,7 +838,7 @@ class ReplicatedNode:
             await trio.to_thread.run_sync(self._restore_machine, snapshot.state)
             restored = self.replica.restore(snapshot, state_restored=True)
             self._fetched_cut = snapshot.cut
-            if not self._ring and snapshot.cut is not None:
+            if not self._order.view and snapshot.cut is not None:
                 # The provider holds it (and, past a majority rule, others).
                 self._protected = (snapshot.cut, snapshot.digest)
             self._commits.reset()
@@ -850,7 +856,7 @@ class ReplicatedNode:
                 self._decided = True
                 self._ready.set()
             self._cut_moved()
-        if snapshot.cut is not None and not self._ring:
+        if snapshot.cut is not None and not self._order.positions:
             # An EpTO newcomer in an idle group has seen no timestamp:
             # its next commands must come after what the group applied.
             self._node.engine.advance_clock(snapshot.cut[0])
@@ -906,7 +912,7 @@ class ReplicatedNode:
         """EpTO: one contradiction (and more than confirm) starts a decision
         (:meth:`_decide`, which keeps what a majority may hold); the token
         ring fetches on two."""
-        return AuditVerdicts(min_wrong=2 if self._ring else 1)
+        return AuditVerdicts(min_wrong=2 if self._order.view else 1)
 
     def _matched(self, cut: OrderKey, digest: bytes) -> None:
         """This replica and a peer both saw that their digests at ``cut``
@@ -1150,7 +1156,7 @@ class ReplicatedNode:
                 continue
             mine = self.replica.digest_at(first)
             if first is not None and mine is not None and state.at and state.at[0] == mine:
-                if not self._ring:
+                if not self._order.view:
                     self._matched(first, mine)
             elif (
                 state.cut is not None
@@ -1172,7 +1178,7 @@ class ReplicatedNode:
         self.audits += 1
         self.contradictions += not matches
         if self._verdicts.record(address, matches):
-            if not self._ring:
+            if not self._order.view:
                 self._diverged.set()  # the resolution decides (_decide)
                 return
             self.replica.resync()
@@ -1208,7 +1214,11 @@ class ReplicatedNode:
             if latest is None or not self._ready.is_set():
                 continue
             mine = self.replica.cut
-            if not self._ring and latest[0] is not None and (mine is None or latest[0] > mine):
+            if (
+                not self._order.positions
+                and latest[0] is not None
+                and (mine is None or latest[0] > mine)
+            ):
                 if stalled_at == [mine]:
                     self._stalled = True
                     self._diverged.set()
@@ -1223,7 +1233,7 @@ class ReplicatedNode:
     # -- status -------------------------------------------------------------------------
 
     def _quorum(self, stats: Any) -> bool | None:
-        if self._ring:
+        if self._order.view:
             return None if stats is None else bool(stats.quorum)
         if not self._peers:
             others = set(self.node_config.members) - {self.node_config.pid}
@@ -1236,7 +1246,7 @@ class ReplicatedNode:
         replica = self.replica
         stats = self._node.statistics() if self._node is not None else None
         members: tuple[ProcessId, ...] = ()
-        if stats is not None and self._ring:
+        if stats is not None and self._order.view:
             members = tuple(stats.members)
         elif stats is not None:
             members = tuple(self.node_config.members)

@@ -204,6 +204,7 @@ EXPORTS: dict[str, frozenset[str]] = {
             "Leaving",
             "Mode",
             "NodeConfig",
+            "Ordering",
             "OPENER_MAX",
             "OverflowPolicy",
             "Stoppable",
@@ -215,6 +216,7 @@ EXPORTS: dict[str, frozenset[str]] = {
             "Transmit",
             "ViewAware",
             "join_host_port",
+            "ordering_of",
             "parse_host_port",
         }
     ),

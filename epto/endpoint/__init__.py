@@ -44,6 +44,8 @@ from ._epto import EptoEndpoint as EptoEndpoint
 from ._epto import EptoEndpointStatistics as EptoEndpointStatistics
 from ._epto import EptoHandle as EptoHandle
 from ._handles import EngineHandle as EngineHandle
+from ._ordering import Ordering as Ordering
+from ._ordering import ordering_of as ordering_of
 from ._protocol import Eager as Eager
 from ._protocol import Endpoint as Endpoint
 from ._protocol import EndpointStatistics as EndpointStatistics
@@ -76,6 +78,7 @@ __all__ = [
     "Leaving",
     "Mode",
     "NodeConfig",
+    "Ordering",
     "OverflowPolicy",
     "Stoppable",
     "StreamEndpoint",
@@ -86,5 +89,6 @@ __all__ = [
     "Transmit",
     "ViewAware",
     "join_host_port",
+    "ordering_of",
     "parse_host_port",
 ]
