@@ -18,18 +18,16 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
-from epto import Config, CyclonConfig, Delivery, EventId, Limits, LocalProtocolError, ProcessId
+from epto import Config, Delivery, EventId, LocalProtocolError, ProcessId
 from epto.atoms import AtomsConfig, AtomsProcess, SequencingGraph, zipf_memberships
 from epto.check import CheckReport, OrderViolation, PairwiseReport, check_pairwise
 from epto.endpoint import AtomsAdapter
-from epto.epidemic import Membership, PeerSampler
 
 from ._latency import LatencyModel
 from ._members import (
-    STREAM_LIMITS,
     Adapter,
     Engine,
     Flush,
@@ -38,7 +36,6 @@ from ._members import (
     Send,
     SimulationObserver,
     SimulationPort,
-    refuse_round_options,
 )
 from ._spec import SimulationSpec
 
@@ -74,6 +71,8 @@ class AtomsEngine(Engine):
     mode: ClassVar[Literal["atoms"]] = "atoms"
     deterministic_agreement = True
     drain_every_input = True
+    streams = True
+    subject = "sequencing atoms have"
 
     def __init__(self, sim: Members, port: SimulationPort, config: AtomsConfig) -> None:
         self.sim = sim
@@ -89,21 +88,6 @@ class AtomsEngine(Engine):
         """The pairwise verdict, once :meth:`verdict` ran."""
 
     # -- the simulation side -------------------------------------------------
-
-    def check_options(
-        self,
-        *,
-        drift: float,
-        jitter: float,
-        sampler: Callable[[ProcessId, Membership], PeerSampler] | None,
-        pss: Literal["full"] | CyclonConfig,
-    ) -> None:
-        refuse_round_options(
-            "sequencing atoms have", drift=drift, jitter=jitter, sampler=sampler, pss=pss
-        )
-
-    def default_limits(self) -> Limits:
-        return STREAM_LIMITS
 
     def default_round_interval(self) -> float:
         return 1.0

@@ -24,16 +24,16 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 import attrs
 
-from epto import Config, CyclonConfig, Delivery, EventId, Limits, LocalProtocolError, ProcessId
+from epto import Config, CyclonConfig, Delivery, EventId, LocalProtocolError, ProcessId
 from epto.atoms import AtomsConfig
 from epto.check import CheckReport, check
 from epto.endpoint import EptoAdapter, TokenRingAdapter
-from epto.epidemic import FullView, Membership, Node, PeerDescriptor, PeerSampler, Process
+from epto.epidemic import FullView, Node, PeerDescriptor, Process
 from epto.tokenring import TokenRingConfig, TokenRingProcess
 from epto.wire import Ball
 
@@ -41,7 +41,6 @@ from ._atoms_engine import AtomsEngine
 from ._calendar import TIMER
 from ._latency import LatencyModel
 from ._members import (
-    STREAM_LIMITS,
     Adapter,
     Engine,
     Flush,
@@ -50,7 +49,6 @@ from ._members import (
     Send,
     SimulationObserver,
     SimulationPort,
-    refuse_round_options,
 )
 from ._spec import SimulationSpec
 from ._wire import WireProcess
@@ -78,16 +76,6 @@ class EptoEngine(Engine):
         self.config = config
         self._entries_of_departed = 0
         self._peer_rng: random.Random | None = None
-
-    def check_options(
-        self,
-        *,
-        drift: float,
-        jitter: float,
-        sampler: Callable[[ProcessId, Membership], PeerSampler] | None,
-        pss: Literal["full"] | CyclonConfig,
-    ) -> None:
-        pass
 
     def default_round_interval(self) -> float:
         return self.config.round_interval
@@ -304,6 +292,8 @@ class TokenRingEngine(Engine):
     mode: ClassVar[Literal["token-ring"]] = "token-ring"
     deterministic_agreement = True
     drain_every_input = True
+    streams = True
+    subject = "a token ring has"
 
     def __init__(self, sim: Members, port: SimulationPort, config: TokenRingConfig) -> None:
         self.sim = sim
@@ -314,21 +304,6 @@ class TokenRingEngine(Engine):
         # Built here, before the simulation has finished its own __init__: the
         # flush reads nothing of it until it runs.
         self._flush = self._make_flush()
-
-    def check_options(
-        self,
-        *,
-        drift: float,
-        jitter: float,
-        sampler: Callable[[ProcessId, Membership], PeerSampler] | None,
-        pss: Literal["full"] | CyclonConfig,
-    ) -> None:
-        refuse_round_options(
-            "a token ring has", drift=drift, jitter=jitter, sampler=sampler, pss=pss
-        )
-
-    def default_limits(self) -> Limits:
-        return STREAM_LIMITS
 
     def default_round_interval(self) -> float:
         return self.config.heartbeat_interval

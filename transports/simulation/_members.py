@@ -178,7 +178,13 @@ class Engine(ABC):
 
     # -- the simulation side -------------------------------------------------
 
-    @abstractmethod
+    streams: ClassVar[bool] = False
+    """The engine runs on streams (reliable FIFO links, no rounds, no peer
+    sampling): its default limits are a stream node's and the round
+    options (drift, jitter, sampler, pss) are refused."""
+    subject: ClassVar[str] = "EpTO has"
+    """How the refusals name the engine ("a token ring has")."""
+
     def check_options(
         self,
         *,
@@ -188,12 +194,14 @@ class Engine(ABC):
         pss: Literal["full"] | CyclonConfig,
     ) -> None:
         """Raise :class:`ConfigurationError` on a simulation option that does
-        not apply to this engine."""
+        not apply to this engine (a stream engine: the round options)."""
+        if self.streams:
+            refuse_round_options(self.subject, drift=drift, jitter=jitter, sampler=sampler, pss=pss)
 
     def default_limits(self) -> Limits:
         """The limits a real node of this engine uses by default: a datagram
-        node's (EpTO over UDP); a stream engine overrides it."""
-        return Limits()
+        node's (EpTO over UDP), or a stream node's (:data:`STREAM_LIMITS`)."""
+        return STREAM_LIMITS if self.streams else Limits()
 
     @abstractmethod
     def default_round_interval(self) -> float:
