@@ -275,6 +275,7 @@ EXPORTS: dict[str, frozenset[str]] = {
             "TokenRingCluster",
             "TransitStubLatency",
             "UniformLatency",
+            "WireProcess",
             "run_simulation",
         }
     ),
