@@ -79,8 +79,14 @@ def require_epto(config: NodeConfig, node: str, hint: str) -> None:
     """Raise :class:`epto.ConfigurationError` unless ``config`` runs EpTO: a
     datagram transport cannot carry the token ring, which needs reliable FIFO
     links (the one place a driver looks at the engine, to refuse it)."""
-    if config.resolved_mode() != "epto":
+    mode = config.resolved_mode()
+    if mode == "token-ring":
         raise ConfigurationError(
             f"{node} runs EpTO, and this configuration (mode={config.mode!r}) resolves "
             f"to the token ring; {hint}"
+        )
+    if mode != "epto":
+        raise ConfigurationError(
+            f"{node} runs EpTO, and this configuration asks for mode={mode!r}; sequencing "
+            "atoms run over TCP with trio (epto.transports.trio_atoms.AtomsNode)"
         )
