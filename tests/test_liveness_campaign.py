@@ -5,9 +5,11 @@ is skipped and counted, and the summary adds the schedules up."""
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import json
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -127,6 +129,39 @@ def test_a_schedule_past_its_wall_cap_is_skipped_and_summed(campaign: ModuleType
     assert everything["everything"] == 1
     assert everything["share"] == 1.0
     assert everything["expected"] == fine["expected"]
+
+
+def test_a_wall_cap_that_lands_in_a_garbage_collector_callback_still_skips(
+    campaign: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An exception raised in a gc callback cannot propagate: the alarm's first
+    # WallCap is lost there, and the schedule must still be cut by a later one
+    # (and the lost one must not surface as an unraisable-exception warning).
+    landed: list[bool] = []
+
+    def slow_callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and not landed:
+            landed.append(True)
+            end = time.perf_counter() + 0.2
+            while time.perf_counter() < end:
+                pass
+
+    def schedule(spec: dict[str, Any]) -> dict[str, Any]:
+        gc.callbacks.append(slow_callback)
+        try:
+            gc.collect()
+        finally:
+            gc.callbacks.remove(slow_callback)
+        end = time.perf_counter() + 30.0
+        while time.perf_counter() < end:
+            pass
+        raise AssertionError("the wall cap never cut the schedule")
+
+    monkeypatch.setattr(campaign, "run_epto", schedule)
+    record = campaign.run_one(("epto", 7, 0.01, _epto()))
+    assert landed == [True]
+    assert record["status"] == "skipped"
+    assert record["wall"] < 5.0
 
 
 def test_the_command_writes_its_summary(campaign: ModuleType, tmp_path: Path) -> None:
