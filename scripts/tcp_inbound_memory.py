@@ -40,19 +40,21 @@ def rss_kib(pid: int) -> int:
 
 async def serve(options: dict[str, float], out: str) -> None:
     import attrs
-    from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
+    from epto.transports.trio_tcp import TcpNodeConfig, TokenRingNode
 
     from epto import GroupKey
+    from epto.endpoint import NodeConfig
 
-    known = attrs.fields_dict(TokenRingNodeConfig)
-    config = TokenRingNodeConfig(
+    known = attrs.fields_dict(TcpNodeConfig)
+    config = NodeConfig(
         pid=1,
         members={1: "127.0.0.1:1"},
+        mode="token-ring",
         group=7,
         group_key=GroupKey(key_id=1, secret=bytes(range(32))),
-        **{k: v for k, v in options.items() if k in known},
     )
-    async with TokenRingNode(config) as node:
+    tcp = TcpNodeConfig(**{k: v for k, v in options.items() if k in known})
+    async with TokenRingNode(config, tcp=tcp) as node:
         while True:
             stats = node.statistics()
             extra = {

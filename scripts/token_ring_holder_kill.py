@@ -18,8 +18,9 @@ from contextlib import AsyncExitStack
 
 import trio
 from epto.transports._ports import free_ports
-from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
+from epto.transports.trio_tcp import TokenRingNode
 
+from epto.endpoint import NodeConfig
 from epto.tokenring import TokenRingConfig
 
 
@@ -35,8 +36,13 @@ async def one_run(run: int, members: int, ring: TokenRingConfig) -> float:
     async with AsyncExitStack() as stack:
         nodes = {}
         for pid, address in book.items():
-            config = TokenRingNodeConfig(
-                pid=pid, bind=address, members=book, tokenring=ring, seed=pid + 100 * run
+            config = NodeConfig(
+                mode="token-ring",
+                pid=pid,
+                bind=address,
+                members=book,
+                tokenring=ring,
+                seed=pid + 100 * run,
             )
             nodes[pid] = await stack.enter_async_context(TokenRingNode(config))
         await trio.sleep((run % 4) * ring.token_hold + ring.token_hold / 2)

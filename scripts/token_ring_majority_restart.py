@@ -32,9 +32,10 @@ from contextlib import AsyncExitStack
 
 import trio
 from epto.transports._ports import free_ports
-from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
+from epto.transports.trio_tcp import TokenRingNode
 
 from epto import LocalProtocolError
+from epto.endpoint import NodeConfig
 from epto.tokenring import TokenRingConfig
 
 WAIT = 10.0
@@ -47,8 +48,9 @@ async def one_run(n: int, down: int, durability: str, base: str | None) -> str:
     root = tempfile.mkdtemp(prefix="epto-majority-", dir=base)
     ring = TokenRingConfig(durability=durability)
 
-    def config(pid: int) -> TokenRingNodeConfig:
-        return TokenRingNodeConfig(
+    def config(pid: int) -> NodeConfig:
+        return NodeConfig(
+            mode="token-ring",
             pid=pid,
             bind=members[pid],
             members=members,

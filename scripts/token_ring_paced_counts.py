@@ -41,9 +41,10 @@ def _worker(
     index: int, ports: list[int], args: argparse.Namespace, barrier: Any, queue: Any
 ) -> None:
     import trio
-    from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
+    from epto.transports.trio_tcp import TokenRingNode
 
     from epto.benchmarks.replication import _ring_config, _ring_formed, _ring_period, _trio_submit
+    from epto.endpoint import NodeConfig
 
     counts = {"steps": 0, "io_waits": 0, "writes": 0}
     counting = [False]
@@ -105,8 +106,13 @@ def _worker(
     profiler = cProfile.Profile(time.process_time)
     members = {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(ports)}
     pid = index + 1
-    config = TokenRingNodeConfig(
-        pid=pid, bind=members[pid], members=members, tokenring=_ring_config(args), seed=pid
+    config = NodeConfig(
+        mode="token-ring",
+        pid=pid,
+        bind=members[pid],
+        members=members,
+        tokenring=_ring_config(args),
+        seed=pid,
     )
     total = 3 * args.commands
     out: dict[str, Any] = {}

@@ -22,7 +22,9 @@ from contextlib import AsyncExitStack
 
 import trio
 from epto.transports._ports import free_ports
-from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
+from epto.transports.trio_tcp import TokenRingNode
+
+from epto.endpoint import NodeConfig
 
 
 async def one_run(down: float) -> str:
@@ -30,8 +32,10 @@ async def one_run(down: float) -> str:
     members = {p: f"127.0.0.1:{q}" for p, q in zip((1, 2, 3), ports, strict=True)}
     data = tempfile.mkdtemp(prefix="epto-restart-")
 
-    def config(pid: int) -> TokenRingNodeConfig:
-        return TokenRingNodeConfig(pid=pid, bind=members[pid], members=members, data_dir=data)
+    def config(pid: int) -> NodeConfig:
+        return NodeConfig(
+            mode="token-ring", pid=pid, bind=members[pid], members=members, data_dir=data
+        )
 
     async with AsyncExitStack() as stack:
         nodes = {p: await stack.enter_async_context(TokenRingNode(config(p))) for p in (1, 2, 3)}

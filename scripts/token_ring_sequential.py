@@ -28,9 +28,10 @@ def main() -> None:
     args = p.parse_args()
 
     import trio
-    from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
+    from epto.transports.trio_tcp import TokenRingNode
 
     from epto.benchmarks.replication import _ring_config, _ring_formed
+    from epto.endpoint import NodeConfig
 
     members = {
         i + 1: f"127.0.0.1:{port}" for i, port in enumerate(free_ports(3, socket.SOCK_STREAM))
@@ -38,17 +39,17 @@ def main() -> None:
     ring = _ring_config(args)
     trips: list[float] = []
 
+    def node(pid: int) -> TokenRingNode:
+        config = NodeConfig(
+            pid=pid, bind=members[pid], members=members, mode="token-ring", tokenring=ring, seed=pid
+        )
+        return TokenRingNode(config)
+
     async def run() -> None:
         async with (
-            TokenRingNode(
-                TokenRingNodeConfig(pid=1, bind=members[1], members=members, tokenring=ring, seed=1)
-            ) as caller,
-            TokenRingNode(
-                TokenRingNodeConfig(pid=2, bind=members[2], members=members, tokenring=ring, seed=2)
-            ) as second,
-            TokenRingNode(
-                TokenRingNodeConfig(pid=3, bind=members[3], members=members, tokenring=ring, seed=3)
-            ) as third,
+            node(1) as caller,
+            node(2) as second,
+            node(3) as third,
             trio.open_nursery() as nursery,
         ):
             for other in (second, third):

@@ -14,8 +14,9 @@ import argparse
 import statistics
 
 import trio
-from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
+from epto.transports.trio_tcp import TokenRingNode
 
+from epto.endpoint import NodeConfig
 from epto.tokenring import TokenRingConfig
 
 
@@ -27,8 +28,12 @@ async def run(messages: int, rate: float, sealed: bool) -> None:
     ring = TokenRingConfig()
     nodes = {
         pid: TokenRingNode(
-            TokenRingNodeConfig(
-                pid=pid, members=dict.fromkeys(pids, "127.0.0.1:1"), tokenring=ring, group_key=key
+            NodeConfig(
+                mode="token-ring",
+                pid=pid,
+                members=dict.fromkeys(pids, "127.0.0.1:1"),
+                tokenring=ring,
+                group_key=key,
             )
         )
         for pid in pids

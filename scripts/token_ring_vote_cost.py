@@ -27,8 +27,9 @@ import time
 
 import trio
 from epto.transports import _ring_durable
-from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
+from epto.transports.trio_tcp import TokenRingNode
 
+from epto.endpoint import NodeConfig
 from epto.tokenring import TokenRingConfig
 
 _WRITES: list[float] = []
@@ -48,7 +49,8 @@ async def run(root: str | None, durability: str, messages: int, rate: float) -> 
     ring = TokenRingConfig(durability=durability)
     nodes = {
         pid: TokenRingNode(
-            TokenRingNodeConfig(
+            NodeConfig(
+                mode="token-ring",
                 pid=pid,
                 members=dict.fromkeys(pids, "127.0.0.1:1"),
                 tokenring=ring,

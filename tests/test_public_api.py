@@ -345,7 +345,6 @@ NODE_MODULES: dict[str, frozenset[str]] = {
             "TcpNodeConfig",
             "TcpNodeStatistics",
             "TokenRingNode",
-            "TokenRingNodeConfig",
             "TokenRingNodeStatistics",
         }
     ),
@@ -355,7 +354,6 @@ NODE_MODULES: dict[str, frozenset[str]] = {
             "GroupStatistics",
             "MemberExcludedError",
             "open_node",
-            "token_ring_node_config",
         }
     ),
     "epto.transports.zmq_node": frozenset({"ZmqNode"}),

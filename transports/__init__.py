@@ -15,8 +15,8 @@ that importing this package needs neither trio nor pyzmq:
   token ring, ``mode="auto"`` included) on a thread of its own, synchronous
   and thread-safe.
 
-Every node takes a :class:`NodeConfig` (the token-ring node its own
-``TokenRingNodeConfig``); ``NodeConfig.mode`` chooses the ordering engine, and
+Every node takes a :class:`NodeConfig` (the TCP nodes the transport's settings
+beside it, derived from it by default); ``NodeConfig.mode`` chooses the ordering engine, and
 on trio :func:`epto.transports.trio_node.open_node` opens the node it asks for.
 """
 

@@ -25,12 +25,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol, Self
 
-import attrs
+from epto import Delivery, EventId, ProcessId
+from epto.endpoint import NodeConfig
 
-from epto import Delivery, EventId, Limits, ProcessId
-from epto.endpoint import Address, NodeConfig
-
-from .trio_tcp import MemberExcludedError, TokenRingNode, TokenRingNodeConfig
+from .trio_tcp import MemberExcludedError, TokenRingNode
 from .trio_udp import TrioNode
 
 __all__ = [
@@ -38,7 +36,6 @@ __all__ = [
     "GroupStatistics",
     "MemberExcludedError",
     "open_node",
-    "token_ring_node_config",
 ]
 
 
@@ -98,45 +95,16 @@ def open_node(config: NodeConfig) -> TrioNode | TokenRingNode:
     engine's own counters), ``pid``, ``address``, ``mode``, ``aclose()`` and
     ``abort()``. Raises :class:`epto.ConfigurationError` for a configuration the
     engine cannot run (the token ring with a Cyclon sampler).
+
+    In token-ring mode the node is ``TokenRingNode(config)``: ``bind``,
+    ``members``, ``contacts`` and ``advertise`` are TCP addresses, ``limits``
+    left at its default (``epto.Limits()``, sized for one UDP datagram)
+    becomes the token ring's stream limits
+    (:meth:`~epto.transports.trio_tcp.TokenRingNode.stream_limits`), and the
+    transport's other settings derive from the configuration. EpTO's
+    parameters (``epto``, ``round_interval``, ``clock``, ``tagged_delivery``,
+    ``group_size``) do not apply.
     """
     if config.resolved_mode() == "token-ring":
-        return TokenRingNode(token_ring_node_config(config))
+        return TokenRingNode(config)
     return TrioNode(config)
-
-
-def token_ring_node_config(config: NodeConfig) -> TokenRingNodeConfig:
-    """The :class:`TokenRingNodeConfig` of a :class:`NodeConfig` (token-ring mode).
-
-    ``bind``, ``members``, ``contacts`` and ``advertise`` are used as TCP
-    addresses. ``limits`` left at its default (``epto.Limits()``, sized for one
-    UDP datagram) becomes the token ring's stream limits (1 MiB frames, since
-    token states and catch-ups grow with the unstable messages); any other
-    value is used as it is. ``signing_key`` and ``roster`` sign and verify
-    the token ring's events as they do EpTO's. ``incarnation`` and
-    ``data_dir`` make a member started again under its id come back as that
-    member (docs/token-ring.md, *Restart*). EpTO's parameters (``epto``, ``round_interval``,
-    ``clock``, ``tagged_delivery``, ``group_size``) do not apply.
-    """
-    members: dict[ProcessId, Address] = dict(config.members)
-    if not config.contacts:
-        members.setdefault(config.pid, config.advertise or config.bind)
-    result = TokenRingNodeConfig(
-        pid=config.pid,
-        bind=config.bind,
-        members=members,
-        contacts=dict(config.contacts),
-        advertise=config.advertise,
-        group=config.group,
-        group_key=config.group_key,
-        signing_key=config.signing_key,
-        roster=dict(config.roster) if config.roster is not None else None,
-        seed=config.seed,
-        delivery_buffer=config.delivery_buffer,
-        overflow=config.overflow,
-        flush_timeout=config.flush_timeout,
-        incarnation=config.incarnation,
-        data_dir=config.data_dir,
-    )
-    # Set together: the window budgets are checked against the limits.
-    limits = result.limits if config.limits == Limits() else config.limits
-    return attrs.evolve(result, tokenring=config.tokenring, limits=limits)

@@ -5,7 +5,9 @@
 factory ``make_endpoint(now)`` when the node starts, with the transport's
 settings of a :class:`TcpNodeConfig`. :class:`TokenRingNode` is the token
 ring's node: a :class:`TcpNode` over :class:`epto.endpoint.TokenRingEndpoint`,
-configured by one flat :class:`TokenRingNodeConfig`.
+configured like every node by one :class:`epto.endpoint.NodeConfig`
+(``mode="token-ring"``), the transport's settings derived from it unless
+given beside it.
 
 Each node listens on one TCP port and opens one outgoing stream to every peer
 it sends to; a stream carries frames in one direction only, each prefixed by
@@ -30,8 +32,8 @@ incoming streams in :mod:`._trio.tcp_inbound`, the outgoing ones in
 
 ::
 
-    config = TokenRingNodeConfig(pid=1, bind="127.0.0.1:9001",
-                                 members={1: "127.0.0.1:9001", 2: "127.0.0.1:9002"})
+    config = NodeConfig(pid=1, bind="127.0.0.1:9001", mode="token-ring",
+                        members={1: "127.0.0.1:9001", 2: "127.0.0.1:9002"})
     async with TokenRingNode(config) as node:
         node.broadcast(b"hello")
         async for delivery in node:
@@ -52,10 +54,11 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 import attrs
 import trio
 
-from epto import ConfigurationError, ProcessId, SupersededError
+from epto import ConfigurationError, Limits, ProcessId, SupersededError
 from epto.endpoint import (
     Address,
     EndpointStatistics,
+    NodeConfig,
     StreamEndpoint,
     TokenRingEndpoint,
     TokenRingHandle,
@@ -69,7 +72,7 @@ from ._trio.loop import TrioDriver
 from ._trio.tcp_config import TcpNodeConfig, TcpNodeStatistics
 from ._trio.tcp_inbound import Inbound, InboundGate
 from ._trio.tcp_links import PeerLinks
-from ._trio.tcp_tokenring import MemberExcludedError, TokenRingNodeConfig, TokenRingNodeStatistics
+from ._trio.tcp_tokenring import MemberExcludedError, TokenRingNodeStatistics, ring_limits
 
 __all__ = [
     "MemberExcludedError",
@@ -77,7 +80,6 @@ __all__ = [
     "TcpNodeConfig",
     "TcpNodeStatistics",
     "TokenRingNode",
-    "TokenRingNodeConfig",
     "TokenRingNodeStatistics",
 ]
 
@@ -234,15 +236,108 @@ class TcpNode(TrioDriver, Generic[E]):
         )
 
 
+_TCP_DEFAULTS = TcpNodeConfig()
+
+_SHARED = ("bind", "advertise", "delivery_buffer", "overflow", "flush_timeout")
+"""The fields both :class:`NodeConfig` and :class:`TcpNodeConfig` have: the
+node configuration's values are the ones in effect."""
+
+
 class TokenRingNode(TcpNode[TokenRingEndpoint]):
-    """One token-ring member on TCP; an async context manager owning its tasks."""
+    """One token-ring member on TCP; an async context manager owning its tasks.
+
+    Built from one :class:`epto.endpoint.NodeConfig` with
+    ``mode="token-ring"`` (or ``"auto"`` resolving to it), like every node;
+    ``config.tokenring`` holds the token ring's parameters. Every
+    ``"host:port"`` of the configuration is a TCP address; the node listens
+    on ``bind`` (port 0 picks a free port, see ``address``). Bootstrap
+    members all pass the same ``members`` (pid to address, this node
+    included); a new identity joining a running group passes ``contacts``
+    instead (some current members); it learns the other members' addresses
+    from them, and they learn its address from the hello at the start of its
+    streams (see :mod:`epto.transports._addresses`).
+
+    ``data_dir`` keeps the member's last incarnation (``NodeConfig.data_dir``)
+    and its vote (``tokenring.durability``, ``"fsync"`` by default). A start
+    that finds an earlier incarnation there is a *restart*: the member asks
+    the other members to admit it back instead of founding a group at
+    position 0 (unless ``fresh_group``, or it is the group's only member),
+    and a majority restarted at once comes back on its own
+    (docs/token-ring.md, *Restart*, *A majority restarted at once*).
+
+    ``tcp`` (:class:`TcpNodeConfig`) holds the transport's other settings
+    (queues, retries, what an incoming connection may cost, link delays).
+    By default they derive from the configuration: its ``bind``,
+    ``advertise``, ``delivery_buffer``, ``overflow``, ``flush_timeout`` and
+    limits (:meth:`stream_limits`), and the idle timeout ``max(30, 2 *
+    tokenring.exclude_timeout)``: every member sends every other member a
+    heartbeat each ``tokenring.heartbeat_interval`` (a joining process a join
+    each ``change_timeout``), so a live member's stream is never idle that
+    long. In a given ``tcp``, the fields it shares with the configuration
+    and ``limits`` must be left at their defaults or agree with it (they are
+    set in the configuration), and an ``idle_timeout`` other than the default
+    must be at least ``3 * max(tokenring.suspect_timeout,
+    tokenring.change_timeout)`` (at the default, it is derived as above).
+
+    Raises :class:`epto.ConfigurationError` for a configuration the node
+    cannot run: another engine's mode, a window budget that a full view
+    change could not send in one frame (``TokenRingConfig.check_limits``), a
+    node that is its own contact, a ``tcp`` that contradicts the
+    configuration or an idle timeout too short for the heartbeats.
+    """
 
     mode = "token-ring"
 
-    def __init__(self, config: TokenRingNodeConfig) -> None:
-        self.config = config
-        """The configuration; once started, with its incarnation fixed."""
-        super().__init__(config.tcp(), self._open_ring)
+    def __init__(self, config: NodeConfig, *, tcp: TcpNodeConfig | None = None) -> None:
+        if config.resolved_mode() != "token-ring":
+            raise ConfigurationError(
+                "TokenRingNode runs the token ring: it needs NodeConfig(mode='token-ring') "
+                f"(or 'auto' resolving to it), got mode={config.mode!r}, which resolves to "
+                f"{config.resolved_mode()!r} (open_node picks the node for a mode)"
+            )
+        for book in (config.members, config.contacts):
+            for address in book.values():
+                parse_host_port(address)
+        if config.pid in config.contacts:
+            raise ConfigurationError("NodeConfig.contacts: a node cannot be its own contact")
+        limits = self.stream_limits(config)
+        # A full view change sends the unstable window in one frame.
+        config.tokenring.check_limits(limits)
+        shared = {name: getattr(config, name) for name in _SHARED}
+        idle = max(30.0, 2 * config.tokenring.exclude_timeout)
+        if tcp is None:
+            tcp = TcpNodeConfig(**shared, limits=limits, idle_timeout=idle)
+        else:
+            for name, ours in (*shared.items(), ("limits", limits)):
+                given = getattr(tcp, name)
+                if given != getattr(_TCP_DEFAULTS, name) and given != ours:
+                    raise ConfigurationError(
+                        f"TokenRingNode: tcp.{name}={given!r} is not the configuration's "
+                        f"({ours!r}); set it in the NodeConfig"
+                    )
+            if tcp.idle_timeout != _TCP_DEFAULTS.idle_timeout:
+                ring = config.tokenring
+                least = 3 * max(ring.suspect_timeout, ring.change_timeout)
+                if not tcp.idle_timeout >= least:
+                    raise ConfigurationError(
+                        "TokenRingNode: tcp.idle_timeout must be at least 3 * max("
+                        f"tokenring.suspect_timeout, tokenring.change_timeout) = {least!r} "
+                        f"(live members send heartbeats more often), got {tcp.idle_timeout!r}"
+                    )
+                idle = tcp.idle_timeout
+            tcp = attrs.evolve(tcp, **shared, limits=limits, idle_timeout=idle)
+        self.config = attrs.evolve(config, limits=limits)
+        """The configuration (with the limits in effect); once started, with
+        its incarnation fixed."""
+        super().__init__(tcp, self._open_ring)
+
+    @staticmethod
+    def stream_limits(config: NodeConfig) -> Limits:
+        """The frame bounds a token-ring node runs with: ``config.limits``,
+        or, when it is left at its default (``epto.Limits()``, sized for one
+        UDP datagram), the token ring's stream limits (1 MiB frames, since
+        token states and catch-ups grow with the unstable messages)."""
+        return ring_limits(config)
 
     def _open_ring(self, now: float) -> TokenRingEndpoint:
         cfg = self.config
@@ -257,7 +352,7 @@ class TokenRingNode(TcpNode[TokenRingEndpoint]):
             and bool(set(cfg.members) - {cfg.pid})
         )
         return TokenRingEndpoint(
-            cfg.node_config(),
+            cfg,
             now,
             rng=random.Random(cfg.seed),
             wall=time.time(),

@@ -4,7 +4,7 @@ measured optimistic and final latency per member, next to the plan's prediction.
 Three (or more) token-ring members run in one process on 127.0.0.1, each
 with ``TokenRingConfig(optimistic=OptimisticConfig(planner=...))``. Every
 frame to a peer is held for the one-way latency of that link
-(``TokenRingNodeConfig.link_delays``; default seed 001's triangle, 5, 7 and
+(``TcpNodeConfig.link_delays``; default seed 001's triangle, 5, 7 and
 9 ms), so the members measure those latencies online (probes) and the
 coordinator plans delays from them. After ``--warmup`` seconds each member
 broadcasts ``--messages`` messages at ``--rate`` per second (Poisson).
@@ -99,9 +99,10 @@ async def run_group(
     """Run the group and measure (see the module's docstring)."""
     import trio
 
+    from epto.endpoint import NodeConfig
     from epto.optimistic import OptimisticConfig
     from epto.tokenring import TokenRingConfig
-    from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
+    from epto.transports.trio_tcp import TcpNodeConfig, TokenRingNode
 
     n = len(latencies)
     pids = list(range(n))
@@ -120,14 +121,15 @@ async def run_group(
     async with trio.open_nursery() as nursery:
         nodes: dict[ProcessId, Any] = {}
         for p in pids:
-            config = TokenRingNodeConfig(
+            config = NodeConfig(
+                mode="token-ring",
                 pid=p,
                 members=placeholder,
                 tokenring=ring,
                 seed=seed * 1000 + p,
-                link_delays={q: latencies[q][p] for q in pids if q != p},
             )
-            nodes[p] = await nursery.start(_serve, TokenRingNode(config))
+            tcp = TcpNodeConfig(link_delays={q: latencies[q][p] for q in pids if q != p})
+            nodes[p] = await nursery.start(_serve, TokenRingNode(config, tcp=tcp))
         for node in nodes.values():
             for q, other in nodes.items():
                 if q != node.pid:

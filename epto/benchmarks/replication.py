@@ -299,12 +299,18 @@ def _token_ring(
 ) -> dict[str, Any]:
     import trio
 
-    from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
+    from epto.endpoint import NodeConfig
+    from epto.transports.trio_tcp import TokenRingNode
 
     members = _loopback_members(ports)
     pid = index + 1
-    config = TokenRingNodeConfig(
-        pid=pid, bind=members[pid], members=members, tokenring=_ring_config(args), seed=pid
+    config = NodeConfig(
+        mode="token-ring",
+        pid=pid,
+        bind=members[pid],
+        members=members,
+        tokenring=_ring_config(args),
+        seed=pid,
     )
     total = 3 * args.commands
     applied: dict[tuple[int, int], float] = {}

@@ -386,9 +386,9 @@ def _gateway_options(args: argparse.Namespace, config: Any, mode: str) -> dict[s
     if args.gateway_token_file:
         token = _token_file(args.gateway_token_file, "a gateway token", MAX_TOKEN)
     if mode == "token-ring":
-        from epto.transports.trio_node import token_ring_node_config
+        from epto.transports.trio_tcp import TokenRingNode
 
-        limits = token_ring_node_config(config).limits
+        limits = TokenRingNode.stream_limits(config)
     else:
         limits = config.limits
     return {"bind": args.gateway, "token": token, "max_payload": limits.max_payload_size}

@@ -141,6 +141,14 @@ class NodeConfig:
     contacts: Mapping[ProcessId, Address] = attrs.field(factory=dict, validator=_check_members)
     """Token ring only: a new identity joins a running group through these
     members (``members`` then stays empty); the group admits it by a view change."""
+    fresh_group: bool = False
+    """Token ring only: found a new group at position 0 with ``members`` even
+    if ``data_dir`` says this member ran before, the explicit way to start a
+    whole group again after every member went down at once, or a majority of
+    them without their votes (docs/token-ring.md, *Restart*, *A majority
+    restarted at once*). Every member of the new group must be started this
+    way (or for the first time), and no process of the former group may still
+    run. Ignored with ``contacts`` and by the other engines."""
     signing_key: bytes | None = attrs.field(default=None, validator=_check_signing_key)
     """This node's Ed25519 private key (32 bytes, ``epto.keys.load_signing_key(path)[0]``):
     every event it broadcasts is signed (docs/security.md). A signed group sets

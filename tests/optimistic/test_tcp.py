@@ -1,5 +1,5 @@
 """Optimistic delivery over trio TCP on loopback, with emulated link delays
-(``TokenRingNodeConfig.link_delays``): the members measure the links, plan,
+(``TcpNodeConfig.link_delays``): the members measure the links, plan,
 deliver optimistically and finally, and agree on the final order."""
 
 from __future__ import annotations

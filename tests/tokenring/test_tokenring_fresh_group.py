@@ -1,7 +1,7 @@
 """A whole token-ring group started again on its data directories, over TCP
 in one process: every member finds an earlier incarnation of itself there,
 so none founds a group (they all ask to be admitted, and nobody can); with
-``TokenRingNodeConfig.fresh_group`` they found a new group knowingly and
+``NodeConfig.fresh_group`` they found a new group knowingly and
 deliver again. A group of one founds its group again without the flag."""
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 import trio
 from epto.transports._ports import free_ports
-from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
+from epto.transports.trio_tcp import TokenRingNode
+
+from epto.endpoint import NodeConfig
 
 PIDS = (1, 2, 3)
 
@@ -32,8 +34,9 @@ async def test_a_whole_group_restarted_founds_a_new_group_only_when_told(tmp_pat
     ports = free_ports(len(PIDS), socket.SOCK_STREAM)
     members = {p: f"127.0.0.1:{q}" for p, q in zip(PIDS, ports, strict=True)}
 
-    def config(pid: int, fresh_group: bool = False) -> TokenRingNodeConfig:
-        return TokenRingNodeConfig(
+    def config(pid: int, fresh_group: bool = False) -> NodeConfig:
+        return NodeConfig(
+            mode="token-ring",
             pid=pid,
             bind=members[pid],
             members=members,
@@ -69,8 +72,12 @@ async def test_a_whole_group_restarted_founds_a_new_group_only_when_told(tmp_pat
 @pytest.mark.trio
 async def test_a_group_of_one_founds_its_group_again(tmp_path: Path) -> None:
     [port] = free_ports(1, socket.SOCK_STREAM)
-    cfg = TokenRingNodeConfig(
-        pid=1, bind=f"127.0.0.1:{port}", members={1: f"127.0.0.1:{port}"}, data_dir=str(tmp_path)
+    cfg = NodeConfig(
+        mode="token-ring",
+        pid=1,
+        bind=f"127.0.0.1:{port}",
+        members={1: f"127.0.0.1:{port}"},
+        data_dir=str(tmp_path),
     )
     for _ in range(2):
         async with TokenRingNode(cfg) as node:

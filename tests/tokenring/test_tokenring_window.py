@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 import pytest
@@ -144,21 +145,24 @@ def test_the_default_budgets_fit_the_tcp_frame_and_the_relation_is_checked() -> 
         TokenRingConfig(max_unstable_messages=0)
 
 
-def test_the_tcp_node_config_refuses_a_budget_beyond_its_frames() -> None:
-    from epto.transports.trio_tcp import TokenRingNodeConfig
+def test_the_tcp_node_refuses_a_budget_beyond_its_frames() -> None:
+    from epto.transports.trio_tcp import TokenRingNode
 
-    TokenRingNodeConfig(pid=1, members={1: "127.0.0.1:9000"})
-    with pytest.raises(ConfigurationError, match="max_unstable_bytes"):
-        TokenRingNodeConfig(
-            pid=1,
-            members={1: "127.0.0.1:9000"},
-            tokenring=TokenRingConfig(max_unstable_bytes=2 << 20),
+    from epto.endpoint import NodeConfig
+
+    def node(**fields: Any) -> TokenRingNode:
+        return TokenRingNode(
+            NodeConfig(pid=1, members={1: "127.0.0.1:9000"}, mode="token-ring", **fields)
         )
+
+    node()
+    with pytest.raises(ConfigurationError, match="max_unstable_bytes"):
+        node(tokenring=TokenRingConfig(max_unstable_bytes=2 << 20))
     small = Limits.for_frame_size(8192, max_payload_size=2000, max_events_per_ball=16)
     fitting = TokenRingConfig(max_unstable_bytes=4096, max_unstable_messages=16)
-    TokenRingNodeConfig(pid=1, members={1: "127.0.0.1:9000"}, limits=small, tokenring=fitting)
+    node(limits=small, tokenring=fitting)
     with pytest.raises(ConfigurationError):
-        TokenRingNodeConfig(pid=1, members={1: "127.0.0.1:9000"}, limits=small)
+        node(limits=small)
 
 
 def test_pick_stops_at_the_byte_budget_and_an_empty_window_admits_one() -> None:

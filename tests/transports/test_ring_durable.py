@@ -12,9 +12,10 @@ import pytest
 import trio
 from epto.transports._ports import free_ports
 from epto.transports._ring_durable import VoteStore
-from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
+from epto.transports.trio_tcp import TokenRingNode
 
 from epto import ConfigurationError
+from epto.endpoint import NodeConfig
 from epto.tokenring import TokenRingConfig
 
 
@@ -57,7 +58,7 @@ def test_a_new_store_writes_above_what_it_found_and_clear_removes_all(tmp_path: 
     assert VoteStore(str(tmp_path), 1, sync=True).load() is None
 
 
-async def _run_one(config: TokenRingNodeConfig, broadcasts: int) -> None:
+async def _run_one(config: NodeConfig, broadcasts: int) -> None:
     async with TokenRingNode(config) as node:
         for i in range(broadcasts):
             node.broadcast(b"%d" % i)
@@ -80,8 +81,9 @@ async def test_a_node_keeps_its_vote_only_as_configured(tmp_path: Path) -> None:
     port = free_ports(1, socket.SOCK_STREAM)[0]
     address = f"127.0.0.1:{port}"
 
-    def config(durability: str) -> TokenRingNodeConfig:
-        return TokenRingNodeConfig(
+    def config(durability: str) -> NodeConfig:
+        return NodeConfig(
+            mode="token-ring",
             pid=1,
             bind=address,
             members={1: address},

@@ -19,7 +19,8 @@ import zmq
 from epto.transports import NodeConfig, TransportStatistics
 from epto.transports._ports import free_ports
 from epto.transports.memory import MemoryHub, MemoryNode
-from epto.transports.trio_node import open_node, token_ring_node_config
+from epto.transports.trio_node import open_node
+from epto.transports.trio_tcp import TokenRingNode
 from epto.transports.trio_udp import TrioNode
 from epto.transports.zmq_node import ZmqNode
 
@@ -271,9 +272,9 @@ def test_node_config_checks_the_signing_fields() -> None:
         NodeConfig(pid=1, members=members, roster={1: public + b"x"})
     with pytest.raises(epto.ConfigurationError, match="out of range"):
         NodeConfig(pid=1, members=members, roster={-1: public})
-    ring = token_ring_node_config(
+    ring = TokenRingNode(
         NodeConfig(pid=1, members=members, mode="token-ring", signing_key=private, roster=ROSTER)
-    )
+    ).config
     assert ring.signing_key == private and ring.roster == ROSTER
 
 

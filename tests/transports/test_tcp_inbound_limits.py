@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import trio
 from epto.transports._trio.tcp_framing import FrameReader, FramingError, pack_frames
-from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
+from epto.transports.trio_tcp import TcpNodeConfig, TokenRingNode
 
 from epto import ConfigurationError, GroupKey
 from epto.check import check
-from epto.endpoint import parse_host_port
+from epto.endpoint import NodeConfig, parse_host_port
 from epto.endpoint._addresses import AddressBook, with_addresses
 from epto.tokenring import TokenRingConfig, token_ring_registry
 from epto.wire import FrameCodec, GroupSealer
@@ -40,18 +40,19 @@ KEY = GroupKey(key_id=1, secret=bytes(range(32)))
 GROUP = 9
 
 
-def config(
-    pid: int, members: dict[int, str], *, sealed: bool, **inbound: Any
-) -> TokenRingNodeConfig:
-    return TokenRingNodeConfig(
+def ring_node(pid: int, members: dict[int, str], *, sealed: bool, **inbound: Any) -> TokenRingNode:
+    """A member whose transport has the ``inbound`` settings
+    (:class:`TcpNodeConfig` fields), the others derived from its configuration."""
+    config = NodeConfig(
         pid=pid,
         members=members,
+        mode="token-ring",
         tokenring=RING,
         seed=pid,
         group=GROUP,
         group_key=KEY if sealed else None,
-        **inbound,
     )
+    return TokenRingNode(config, tcp=TcpNodeConfig(**inbound) if inbound else None)
 
 
 @asynccontextmanager
@@ -62,8 +63,8 @@ async def cluster(
     async with AsyncExitStack() as stack:
         nodes: dict[int, TokenRingNode] = {}
         for pid in pids:
-            cfg = config(pid, placeholder, sealed=sealed, **inbound)
-            nodes[pid] = await stack.enter_async_context(TokenRingNode(cfg))
+            node = ring_node(pid, placeholder, sealed=sealed, **inbound)
+            nodes[pid] = await stack.enter_async_context(node)
         for node in nodes.values():
             for pid, other in nodes.items():
                 node.engine.set_address(pid, other.address)
@@ -183,9 +184,12 @@ def test_inbound_limits_are_validated_with_the_field_named() -> None:
         ("idle_timeout", 0.5),  # below 3 * max(suspect_timeout, change_timeout)
     ):
         with pytest.raises(ConfigurationError, match=field):
-            config(1, members, sealed=False, **{field: value})
-    assert config(1, members, sealed=False).idle_after() == 30.0
-    assert config(1, members, sealed=False, idle_timeout=0.9).idle_after() == 0.9
+            ring_node(1, members, sealed=False, **{field: value})
+    # By default the idle timeout is max(30, 2 * exclude_timeout), with a
+    # given transport too when it leaves idle_timeout at its default.
+    assert ring_node(1, members, sealed=False).tcp_config.idle_timeout == 30.0
+    assert ring_node(1, members, sealed=False, send_queue=5).tcp_config.idle_timeout == 30.0
+    assert ring_node(1, members, sealed=False, idle_timeout=0.9).tcp_config.idle_timeout == 0.9
 
 
 # -- on the loopback interface -------------------------------------------------

@@ -15,11 +15,8 @@ import pytest
 import trio
 from epto.transports import NodeConfig
 from epto.transports._ports import free_ports
-from epto.transports.trio_node import open_node, token_ring_node_config
-from epto.transports.trio_tcp import (
-    TokenRingNode,
-    TokenRingNodeConfig,
-)
+from epto.transports.trio_node import open_node
+from epto.transports.trio_tcp import TcpNodeConfig, TokenRingNode
 from epto.transports.trio_udp import TrioNode
 
 from epto import ConfigurationError, CyclonConfig, GroupKey, Limits
@@ -72,8 +69,10 @@ def test_configurations_the_engines_cannot_run_are_refused() -> None:
     zmq_node = pytest.importorskip("epto.transports.zmq_node")
     with pytest.raises(ConfigurationError, match="ZmqNode runs EpTO"):
         zmq_node.ZmqNode(NodeConfig(pid=1, members=MEMBERS, mode="auto"))
-    with pytest.raises(ConfigurationError, match="not both"):
-        TokenRingNodeConfig(pid=4, members=MEMBERS, contacts={1: MEMBERS[1]})
+    with pytest.raises(ConfigurationError, match="TokenRingNode runs the token ring"):
+        TokenRingNode(NodeConfig(pid=1, members=MEMBERS))
+    with pytest.raises(ConfigurationError, match="own contact"):
+        TokenRingNode(NodeConfig(pid=4, mode="token-ring", contacts={4: MEMBERS[1]}))
 
 
 def test_open_node_picks_the_engine_and_maps_the_configuration() -> None:
@@ -84,22 +83,46 @@ def test_open_node_picks_the_engine_and_maps_the_configuration() -> None:
     )
     ring_node = open_node(config)
     assert isinstance(ring_node, TokenRingNode) and ring_node.mode == "token-ring"
-    tcp = ring_node.config
-    assert tcp.members == MEMBERS and tcp.bind == MEMBERS[1]
-    assert (tcp.tokenring, tcp.group, tcp.seed) == (RING, 5, 3)
+    ours = ring_node.config
+    assert ours.members == MEMBERS and ours.bind == MEMBERS[1]
+    assert (ours.tokenring, ours.group, ours.seed) == (RING, 5, 3)
     # The default datagram-sized limits become the stream limits; others are kept.
-    assert tcp.limits.max_frame_size == 1 << 20
+    assert ours.limits.max_frame_size == 1 << 20
+    tcp = ring_node.tcp_config
+    assert (tcp.bind, tcp.limits, tcp.idle_timeout) == (MEMBERS[1], ours.limits, 30.0)
     small = Limits.for_frame_size(4096, max_payload_size=1024)
     budget = TokenRingConfig(max_unstable_bytes=2048, max_unstable_messages=8)
-    kept = token_ring_node_config(
+    kept = TokenRingNode(
         NodeConfig(pid=1, members=MEMBERS, mode="auto", limits=small, tokenring=budget)
     )
-    assert kept.limits == small
+    assert kept.config.limits == kept.tcp_config.limits == small
     # A window budget that a full view change could not send in one frame is refused.
     with pytest.raises(ConfigurationError, match="max_unstable_bytes"):
-        token_ring_node_config(NodeConfig(pid=1, members=MEMBERS, mode="auto", limits=small))
-    joiner = token_ring_node_config(NodeConfig(pid=9, mode="token-ring", contacts={2: MEMBERS[2]}))
-    assert joiner.contacts == {2: MEMBERS[2]} and not joiner.members
+        TokenRingNode(NodeConfig(pid=1, members=MEMBERS, mode="auto", limits=small))
+    joiner = TokenRingNode(NodeConfig(pid=9, mode="token-ring", contacts={2: MEMBERS[2]}))
+    assert joiner.config.contacts == {2: MEMBERS[2]} and not joiner.config.members
+
+
+def test_a_token_ring_node_derives_its_transport_from_the_configuration() -> None:
+    """The transport's settings come from the one configuration: the shared
+    fields, the stream limits and an idle timeout above the exclusion time;
+    a given transport sets the others and may not contradict it."""
+    slow = attrs.evolve(RING, exclude_timeout=20.0)
+    config = NodeConfig(
+        pid=1, members=MEMBERS, mode="token-ring", tokenring=slow, flush_timeout=2.0
+    )
+    tcp = TokenRingNode(config).tcp_config
+    assert (tcp.idle_timeout, tcp.flush_timeout, tcp.bind) == (40.0, 2.0, config.bind)
+    tuned = TokenRingNode(config, tcp=TcpNodeConfig(send_queue=7, link_delays={2: 0.01}))
+    given = tuned.tcp_config
+    assert (given.send_queue, given.link_delays, given.idle_timeout) == (7, {2: 0.01}, 40.0)
+    assert given.limits == tuned.config.limits and given.flush_timeout == 2.0
+    with pytest.raises(ConfigurationError, match=r"tcp\.flush_timeout"):
+        TokenRingNode(config, tcp=TcpNodeConfig(flush_timeout=9.0))
+    with pytest.raises(ConfigurationError, match=r"tcp\.limits"):
+        TokenRingNode(config, tcp=TcpNodeConfig(limits=Limits.for_frame_size(1 << 16)))
+    with pytest.raises(ConfigurationError, match="idle_timeout"):
+        TokenRingNode(config, tcp=TcpNodeConfig(idle_timeout=0.5))
 
 
 # -- the same API for both engines ------------------------------------------------
@@ -189,10 +212,15 @@ async def ring(
             node.abort()
 
 
-def node_config(pid: int, sealed: bool, **fields: Any) -> TokenRingNodeConfig:
+def node_config(pid: int, sealed: bool, **fields: Any) -> NodeConfig:
     fields.setdefault("tokenring", RING)
-    return TokenRingNodeConfig(
-        pid=pid, seed=pid, group=9, group_key=KEY if sealed else None, **fields
+    return NodeConfig(
+        pid=pid,
+        mode="token-ring",
+        seed=pid,
+        group=9,
+        group_key=KEY if sealed else None,
+        **fields,
     )
 
 

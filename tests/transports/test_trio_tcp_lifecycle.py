@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 import trio
-from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
+from epto.transports.trio_tcp import TokenRingNode
 
 from epto import LocalProtocolError
+from epto.endpoint import NodeConfig
 
 from .test_trio_tcp_tokenring import PIDS, RING
 
@@ -17,7 +18,8 @@ def make_nodes(flush_timeout: float = 5.0) -> dict[int, TokenRingNode]:
     placeholder = dict.fromkeys(PIDS, "127.0.0.1:1")
     return {
         pid: TokenRingNode(
-            TokenRingNodeConfig(
+            NodeConfig(
+                mode="token-ring",
                 pid=pid,
                 members=placeholder,
                 tokenring=RING,

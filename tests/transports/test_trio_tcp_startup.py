@@ -17,9 +17,10 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 import pytest
 import trio
-from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
+from epto.transports.trio_tcp import TokenRingNode
 
 from epto.check import check
+from epto.endpoint import NodeConfig
 
 PIDS = (1, 2, 3)
 BURST = 64
@@ -71,8 +72,10 @@ async def test_frames_for_a_peer_not_yet_listening_wait_for_its_link() -> None:
         async with reserved_ports() as (ports, refusing), AsyncExitStack() as stack:
             members = {pid: f"127.0.0.1:{port}" for pid, port in ports.items()}
 
-            def config(pid: int) -> TokenRingNodeConfig:
-                return TokenRingNodeConfig(pid=pid, bind=members[pid], members=members, seed=pid)
+            def config(pid: int) -> NodeConfig:
+                return NodeConfig(
+                    mode="token-ring", pid=pid, bind=members[pid], members=members, seed=pid
+                )
 
             nodes = {
                 pid: await stack.enter_async_context(TokenRingNode(config(pid))) for pid in (1, 2)

@@ -8,11 +8,12 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 import pytest
 import trio
-from epto.transports.trio_tcp import TokenRingNode, TokenRingNodeConfig
+from epto.transports.trio_tcp import TokenRingNode
 
 from epto import GroupKey, LocalProtocolError
 from epto._incarnation import first_seq
 from epto.check import check
+from epto.endpoint import NodeConfig
 from epto.tokenring import TokenRingConfig
 
 PIDS = (1, 2, 3)
@@ -33,7 +34,8 @@ async def cluster(sealed: bool = False) -> AsyncIterator[dict[int, TokenRingNode
     async with AsyncExitStack() as stack:
         nodes: dict[int, TokenRingNode] = {}
         for pid in PIDS:
-            config = TokenRingNodeConfig(
+            config = NodeConfig(
+                mode="token-ring",
                 pid=pid,
                 members=placeholder,
                 tokenring=RING,
