@@ -4,8 +4,9 @@
 :class:`TcpNodeConfig` holds the transport's settings only: where to listen,
 the frame bounds, the delivery buffer, the outgoing streams' queues and
 retries, and what an incoming connection may cost before its first frame is
-accepted. The engine's own settings are its endpoint's (the token ring's
-node adds them in :mod:`.tcp_tokenring`).
+accepted. The engine's own settings are its endpoint's, in the node's
+:class:`epto.endpoint.NodeConfig` (a token-ring or atoms node derives its
+``TcpNodeConfig`` from it unless given one).
 """
 
 from __future__ import annotations
@@ -31,8 +32,7 @@ def _stream_limits() -> Limits:
 
 
 class _TcpFields(Protocol):
-    """The fields :func:`check_tcp_fields` reads (a :class:`TcpNodeConfig`,
-    or a node configuration that has them flat)."""
+    """The fields :func:`check_tcp_fields` reads (a :class:`TcpNodeConfig`)."""
 
     @property
     def advertise(self) -> Address | None: ...
