@@ -33,6 +33,7 @@ import attrs
 from epto import ConfigurationError, Limits, LocalProtocolError
 from epto.endpoint import AtomsEndpoint, AtomsHandle, NodeConfig
 
+from ._trio.tcp_config import node_transport
 from .trio_tcp import TcpNode, TcpNodeConfig
 
 __all__ = ["AtomsNode"]
@@ -52,7 +53,12 @@ class AtomsNode(TcpNode[AtomsEndpoint]):
     ``roster`` mean what they mean for every engine (docs/security.md).
     ``tcp`` (:class:`TcpNodeConfig`) holds the transport's other settings;
     by default they come from the configuration, with the stream limits of
-    :class:`TcpNodeConfig` when ``config.limits`` is left at its default.
+    :class:`TcpNodeConfig` when ``config.limits`` is left at its default. In
+    a given ``tcp``, the fields it shares with the configuration (``bind``,
+    ``advertise``, ``delivery_buffer``, ``overflow``, ``flush_timeout``,
+    ``limits``) must be left at their defaults or agree with it, as for
+    :class:`~epto.transports.trio_tcp.TokenRingNode`; otherwise
+    :class:`epto.ConfigurationError` names the field.
     """
 
     mode = "atoms"
@@ -65,18 +71,8 @@ class AtomsNode(TcpNode[AtomsEndpoint]):
             raise LocalProtocolError(f"members has no entry for this node ({pid})")
         default_bind = NodeConfig(pid=pid).bind
         bind = config.members[pid] if config.bind == default_bind else config.bind
-        if tcp is None:
-            limits = TcpNodeConfig().limits if config.limits == Limits() else config.limits
-            tcp = TcpNodeConfig(
-                bind=bind,
-                advertise=config.advertise,
-                limits=limits,
-                delivery_buffer=config.delivery_buffer,
-                overflow=config.overflow,
-                flush_timeout=config.flush_timeout,
-            )
-        elif tcp.bind == TcpNodeConfig().bind:
-            tcp = attrs.evolve(tcp, bind=bind)
+        limits = TcpNodeConfig().limits if config.limits == Limits() else config.limits
+        tcp = node_transport("AtomsNode", config, tcp, bind=bind, limits=limits)
         endpoint_config = attrs.evolve(config, limits=tcp.limits)
         self.config = endpoint_config
         """The configuration (with the transport's limits)."""

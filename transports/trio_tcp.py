@@ -69,7 +69,7 @@ from epto.endpoint import (
 from epto.tokenring import TokenRingProcess
 
 from ._trio.loop import TrioDriver
-from ._trio.tcp_config import TcpNodeConfig, TcpNodeStatistics
+from ._trio.tcp_config import TcpNodeConfig, TcpNodeStatistics, node_transport
 from ._trio.tcp_inbound import Inbound, InboundGate
 from ._trio.tcp_links import PeerLinks
 from ._trio.tcp_tokenring import MemberExcludedError, TokenRingNodeStatistics, ring_limits
@@ -238,10 +238,6 @@ class TcpNode(TrioDriver, Generic[E]):
 
 _TCP_DEFAULTS = TcpNodeConfig()
 
-_SHARED = ("bind", "advertise", "delivery_buffer", "overflow", "flush_timeout")
-"""The fields both :class:`NodeConfig` and :class:`TcpNodeConfig` have: the
-node configuration's values are the ones in effect."""
-
 
 class TokenRingNode(TcpNode[TokenRingEndpoint]):
     """One token-ring member on TCP; an async context manager owning its tasks.
@@ -303,29 +299,20 @@ class TokenRingNode(TcpNode[TokenRingEndpoint]):
         limits = self.stream_limits(config)
         # A full view change sends the unstable window in one frame.
         config.tokenring.check_limits(limits)
-        shared = {name: getattr(config, name) for name in _SHARED}
         idle = max(30.0, 2 * config.tokenring.exclude_timeout)
-        if tcp is None:
-            tcp = TcpNodeConfig(**shared, limits=limits, idle_timeout=idle)
-        else:
-            for name, ours in (*shared.items(), ("limits", limits)):
-                given = getattr(tcp, name)
-                if given != getattr(_TCP_DEFAULTS, name) and given != ours:
-                    raise ConfigurationError(
-                        f"TokenRingNode: tcp.{name}={given!r} is not the configuration's "
-                        f"({ours!r}); set it in the NodeConfig"
-                    )
-            if tcp.idle_timeout != _TCP_DEFAULTS.idle_timeout:
-                ring = config.tokenring
-                least = 3 * max(ring.suspect_timeout, ring.change_timeout)
-                if not tcp.idle_timeout >= least:
-                    raise ConfigurationError(
-                        "TokenRingNode: tcp.idle_timeout must be at least 3 * max("
-                        f"tokenring.suspect_timeout, tokenring.change_timeout) = {least!r} "
-                        f"(live members send heartbeats more often), got {tcp.idle_timeout!r}"
-                    )
-                idle = tcp.idle_timeout
-            tcp = attrs.evolve(tcp, **shared, limits=limits, idle_timeout=idle)
+        if tcp is not None and tcp.idle_timeout != _TCP_DEFAULTS.idle_timeout:
+            ring = config.tokenring
+            least = 3 * max(ring.suspect_timeout, ring.change_timeout)
+            if not tcp.idle_timeout >= least:
+                raise ConfigurationError(
+                    "TokenRingNode: tcp.idle_timeout must be at least 3 * max("
+                    f"tokenring.suspect_timeout, tokenring.change_timeout) = {least!r} "
+                    f"(live members send heartbeats more often), got {tcp.idle_timeout!r}"
+                )
+            idle = tcp.idle_timeout
+        tcp = node_transport(
+            "TokenRingNode", config, tcp, bind=config.bind, limits=limits, idle_timeout=idle
+        )
         self.config = attrs.evolve(config, limits=limits)
         """The configuration (with the limits in effect); once started, with
         its incarnation fixed."""

@@ -13,14 +13,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 
 from epto import ConfigurationError, Limits, ProcessId
-from epto.endpoint import OPENER_MAX, Address, OverflowPolicy, parse_host_port
+from epto.endpoint import OPENER_MAX, Address, NodeConfig, OverflowPolicy, parse_host_port
 
-__all__ = ["MIN_FIRST_FRAME", "TcpNodeConfig", "TcpNodeStatistics", "check_tcp_fields"]
+__all__ = [
+    "MIN_FIRST_FRAME",
+    "TcpNodeConfig",
+    "TcpNodeStatistics",
+    "check_tcp_fields",
+    "node_transport",
+]
 
 MIN_FIRST_FRAME = 512
 """Least ``first_frame_limit`` (above :data:`epto.endpoint.OPENER_MAX`, the
@@ -180,3 +186,43 @@ class TcpNodeStatistics:
     """Bytes the incoming streams' readers hold now (partial frames)."""
     inbound_buffer_peak: int = 0
     """Most bytes one incoming stream's reader held at once since the start."""
+
+
+_TCP_DEFAULTS = TcpNodeConfig()
+
+_SHARED = ("bind", "advertise", "delivery_buffer", "overflow", "flush_timeout")
+"""The fields both :class:`NodeConfig` and :class:`TcpNodeConfig` have: the
+node configuration's values are the ones in effect."""
+
+
+def node_transport(
+    owner: str,
+    config: NodeConfig,
+    tcp: TcpNodeConfig | None,
+    *,
+    bind: str,
+    limits: Limits,
+    idle_timeout: float | None = None,
+) -> TcpNodeConfig:
+    """The transport settings of a TCP node built from ``config``: derived
+    from it when ``tcp`` is None (``bind`` and ``limits`` as the node
+    computed them, the other shared fields as configured); else ``tcp``,
+    whose shared fields and limits must be left at their defaults or agree
+    with the configuration (they are set there), or
+    :class:`epto.ConfigurationError` names the field. ``idle_timeout``, when
+    given, replaces the transport's."""
+    shared: dict[str, Any] = {name: getattr(config, name) for name in _SHARED}
+    shared["bind"] = bind
+    shared["limits"] = limits
+    if idle_timeout is not None:
+        shared["idle_timeout"] = idle_timeout
+    if tcp is None:
+        return TcpNodeConfig(**shared)
+    for name, ours in shared.items():
+        given = getattr(tcp, name)
+        if name != "idle_timeout" and given != getattr(_TCP_DEFAULTS, name) and given != ours:
+            raise ConfigurationError(
+                f"{owner}: tcp.{name}={given!r} is not the configuration's ({ours!r}); "
+                "set it in the NodeConfig"
+            )
+    return attrs.evolve(tcp, **shared)
