@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 
@@ -24,7 +24,6 @@ __all__ = [
     "MIN_FIRST_FRAME",
     "TcpNodeConfig",
     "TcpNodeStatistics",
-    "check_tcp_fields",
     "node_transport",
 ]
 
@@ -35,59 +34,6 @@ token ring's largest opening frame)."""
 
 def _stream_limits() -> Limits:
     return Limits.for_frame_size(1 << 20)
-
-
-class _TcpFields(Protocol):
-    """The fields :func:`check_tcp_fields` reads (a :class:`TcpNodeConfig`)."""
-
-    @property
-    def advertise(self) -> Address | None: ...
-
-    @property
-    def limits(self) -> Limits: ...
-
-    @property
-    def max_connections(self) -> int: ...
-
-    @property
-    def max_connections_per_address(self) -> int: ...
-
-    @property
-    def handshake_timeout(self) -> float: ...
-
-    @property
-    def first_frame_limit(self) -> int: ...
-    @property
-    def link_delays(self) -> Mapping[ProcessId, float]: ...
-
-
-def check_tcp_fields(config: _TcpFields, owner: str) -> None:
-    """Raise :class:`epto.ConfigurationError`, naming ``owner.field``, unless
-    the transport's fields of ``config`` are valid (the idle timeout aside:
-    who sets it checks it)."""
-    if config.advertise is not None:
-        parse_host_port(config.advertise)
-    for name in ("max_connections", "max_connections_per_address"):
-        value = getattr(config, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigurationError(f"{owner}.{name} must be an int >= 1, got {value!r}")
-    for pid, delay in config.link_delays.items():
-        if not (isinstance(delay, int | float) and math.isfinite(delay) and delay >= 0):
-            raise ConfigurationError(
-                f"{owner}.link_delays[{pid!r}] must be a finite number >= 0, got {delay!r}"
-            )
-    if not config.handshake_timeout > 0:
-        raise ConfigurationError(
-            f"{owner}.handshake_timeout must be > 0, got {config.handshake_timeout!r}"
-        )
-    limit = config.first_frame_limit
-    frame = config.limits.max_frame_size
-    if not isinstance(limit, int) or not MIN_FIRST_FRAME <= limit <= frame:
-        raise ConfigurationError(
-            f"{owner}.first_frame_limit must be an int in [{MIN_FIRST_FRAME}, "
-            f"limits.max_frame_size={frame}] (a stream's opening address frame "
-            f"takes up to {OPENER_MAX} bytes), got {limit!r}"
-        )
 
 
 @attrs.frozen(kw_only=True)
@@ -150,10 +96,39 @@ class TcpNodeConfig:
     every peer something more often (a heartbeat)."""
 
     def __attrs_post_init__(self) -> None:
-        check_tcp_fields(self, "TcpNodeConfig")
+        self._check_fields()
         if not self.idle_timeout > 0:
             raise ConfigurationError(
                 f"TcpNodeConfig.idle_timeout must be > 0, got {self.idle_timeout!r}"
+            )
+
+    def _check_fields(self) -> None:
+        """Raise :class:`epto.ConfigurationError`, naming the field, unless the
+        transport's fields are valid (the idle timeout aside: who sets it
+        checks it)."""
+        if self.advertise is not None:
+            parse_host_port(self.advertise)
+        for name in ("max_connections", "max_connections_per_address"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigurationError(f"TcpNodeConfig.{name} must be an int >= 1, got {value!r}")
+        for pid, delay in self.link_delays.items():
+            if not (isinstance(delay, int | float) and math.isfinite(delay) and delay >= 0):
+                raise ConfigurationError(
+                    f"TcpNodeConfig.link_delays[{pid!r}] must be a finite number >= 0, "
+                    f"got {delay!r}"
+                )
+        if not self.handshake_timeout > 0:
+            raise ConfigurationError(
+                f"TcpNodeConfig.handshake_timeout must be > 0, got {self.handshake_timeout!r}"
+            )
+        limit = self.first_frame_limit
+        frame = self.limits.max_frame_size
+        if not isinstance(limit, int) or not MIN_FIRST_FRAME <= limit <= frame:
+            raise ConfigurationError(
+                f"TcpNodeConfig.first_frame_limit must be an int in [{MIN_FIRST_FRAME}, "
+                f"limits.max_frame_size={frame}] (a stream's opening address frame "
+                f"takes up to {OPENER_MAX} bytes), got {limit!r}"
             )
 
 
