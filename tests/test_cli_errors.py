@@ -99,6 +99,10 @@ def test_a_wrong_option_is_one_line(
         (["bench", "core", "--processes", "0"], "epto bench core: n must be an integer of at"),
         (["bench", "udp_scale", "--nodes", "1"], "epto bench udp_scale: n must be an integer"),
         (["bench", "replication", "--commands", "0"], "epto bench replication: --commands must"),
+        (
+            ["bench", "replication", "--systems", "epto,pysyncobj"],
+            "epto bench replication: --systems: unknown ['epto']; choose from epto-trio,",
+        ),
         (["bench", "cyclon", "-n", "1"], "epto bench cyclon: -n must be at least 2 processes"),
     ],
 )

@@ -623,10 +623,14 @@ def _measure(system: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.commands < 1:
-        from epto import ConfigurationError
+    from epto import ConfigurationError
 
+    if args.commands < 1:
         raise ConfigurationError(f"--commands must be at least 1, got {args.commands}")
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = sorted(set(systems) - set(SYSTEMS))
+    if unknown or not systems:
+        raise ConfigurationError(f"--systems: unknown {unknown}; choose from {', '.join(SYSTEMS)}")
     protocol = _protocol(args)
     floor = protocol.ttl * protocol.round_interval
     print(
@@ -644,8 +648,8 @@ def run(args: argparse.Namespace) -> int:
     )
     print(header)
     status = 0
-    for system in args.systems.split(","):
-        r = _measure(system.strip(), args)
+    for system in systems:
+        r = _measure(system, args)
         if "error" in r:
             print(f"{system:<11} failed: {r['error']}")
             status = 1
