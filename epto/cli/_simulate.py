@@ -129,8 +129,9 @@ def register(sub: Any) -> None:
     n.add_argument(
         "--wire",
         action="store_true",
-        help="EpTO: run every process as a full endpoint, frames as bytes on the links "
-        "(framing, signatures, splitting decided as by a real node; for small runs)",
+        help="EpTO or token ring: run every process as a full endpoint, frames as bytes "
+        "on the links (framing, signatures, splitting decided as by a real node; the token "
+        "ring's frames on simulated streams; for small runs; not for atoms)",
     )
     n.add_argument(
         "--latency",

@@ -149,7 +149,7 @@ class AtomsEngine(Engine):
 
     @staticmethod
     def options(spec: SimulationSpec) -> dict[str, Any]:
-        return {}
+        return {"wire": spec.wire}  # refused by the simulation: message level only
 
     def observers(self) -> list[SimulationObserver]:
         return [self.recorder]

@@ -13,7 +13,9 @@ everything the simulator does differently for EpTO and for a token ring.
   kept at ``get_timer()`` after every drain (``VERSIONED_TIMER``); outputs
   are drained after every input; settled means every member of the view has
   delivered the same stable prefix, its own messages included; the members of
-  the latest view stay, each owed every position from its start.
+  the latest view stay, each owed every position from its start. With
+  ``wire``, each process is a full token-ring endpoint whose frames travel on
+  simulated streams (``_wire.py``).
 
 Size: the two engine adapters (about 490 lines) stay together on purpose:
 they implement one interface, and what differs between the engines is
@@ -51,7 +53,7 @@ from ._members import (
     SimulationPort,
 )
 from ._spec import SimulationSpec
-from ._wire import WireProcess
+from ._wire import EptoWireProcess, StreamWireProcess
 
 
 def _process(member: Member) -> Process:
@@ -108,7 +110,7 @@ class EptoEngine(Engine):
         now = sim.now
         if sim.wire:
             members = sorted(sim.membership)
-            wired = WireProcess(
+            wired = EptoWireProcess(
                 pid,
                 base,
                 now=now + phase - interval,
@@ -118,7 +120,7 @@ class EptoEngine(Engine):
                 group_key=sim.wire_key,
             )
             for other in sim.endpoints.values():
-                assert isinstance(other, WireProcess)
+                assert isinstance(other, EptoWireProcess)
                 other.add_member(pid)
             sim.membership.add(pid)
             return wired
@@ -159,7 +161,7 @@ class EptoEngine(Engine):
         self._entries_of_departed += _process(proc).statistics().entries_received
         if self.sim.wire:
             for other in self.sim.endpoints.values():
-                assert isinstance(other, WireProcess)
+                assert isinstance(other, EptoWireProcess)
                 other.remove_member(pid)
 
     def bootstrap(self, n: int, first: ProcessId) -> list[ProcessId] | None:
@@ -293,6 +295,7 @@ class TokenRingEngine(Engine):
     deterministic_agreement = True
     drain_every_input = True
     streams = True
+    wire = True
     subject = "a token ring has"
 
     def __init__(self, sim: Members, port: SimulationPort, config: TokenRingConfig) -> None:
@@ -329,6 +332,19 @@ class TokenRingEngine(Engine):
             contacts = sim.schedule_rng.sample(live, min(sim.pss_seeds, len(live)))
             if not contacts:
                 members = [pid]
+        if sim.wire:
+            sim.membership.add(pid)
+            return StreamWireProcess(
+                pid,
+                cfg,
+                now=sim.now,
+                rng=rng,
+                limits=sim.limits,
+                members=members,
+                contacts=None if members is not None else sorted(contacts or ()),
+                group_key=sim.wire_key,
+                close_stream=self.port.close_stream,
+            )
         if members is not None:
             proc = TokenRingProcess(pid, cfg, rng=rng, now=sim.now, members=list(members))
         else:
@@ -348,7 +364,7 @@ class TokenRingEngine(Engine):
         return list(range(first, first + n))
 
     def sender(self) -> Send:
-        return self.port.send_links
+        return self.port.send_streams if self.sim.wire else self.port.send_links
 
     def flusher(self) -> Flush:
         return self._flush
@@ -392,7 +408,7 @@ class TokenRingEngine(Engine):
 
     @staticmethod
     def options(spec: SimulationSpec) -> dict[str, Any]:
-        return {}
+        return {"wire": spec.wire}
 
     def observers(self) -> list[SimulationObserver]:
         return [self.positions]

@@ -48,17 +48,18 @@ from epto.tokenring import TokenRingConfig, TokenRingProcess
 from ._latency import LatencyModel
 from ._network import VirtualNetwork
 from ._spec import SimulationSpec
-from ._wire import WireProcess
+from ._wire import EptoWireProcess, StreamWireProcess
 
 Member = Process | Node | TokenRingProcess | AtomsProcess
 """A simulated process: :class:`epto.epidemic.Process`, :class:`epto.epidemic.Node` with
 Cyclon, :class:`epto.tokenring.TokenRingProcess`, or
 :class:`epto.atoms.AtomsProcess`."""
-Adapter = EptoAdapter | TokenRingAdapter | AtomsAdapter | WireProcess
+Adapter = EptoAdapter | TokenRingAdapter | AtomsAdapter | EptoWireProcess | StreamWireProcess
 """What the run loop drives: the process behind the same message-level
 adapter a real node's endpoint runs (:mod:`epto.endpoint`), which makes the
 endpoint's decisions (payload limit, holes, flushed); ``adapter.engine`` is
-the :data:`Member`."""
+the :data:`Member`. With ``wire``, the process behind its full endpoint
+(``_wire.py``)."""
 EngineConfig = Config | TokenRingConfig | AtomsConfig
 """The configuration of simulated processes; its type picks the engine."""
 Send = Callable[[ProcessId, Sequence[tuple[ProcessId, Any]], float], None]
@@ -92,12 +93,17 @@ class SimulationPort:
     send_links: Send
     """Reliable FIFO links (``_network.py``): the token ring's and the
     sequencing atoms' messages."""
+    send_streams: Send
+    """Streams over the reliable FIFO links (``_network.py``): a stream
+    endpoint's frames in wire mode, one write per destination."""
     drain: Flush
     """Hands a process's messages to the engine's sender and its deliveries
     to the observers (:meth:`Members._drain`)."""
     push: Callable[[float, tuple[Any, ...]], None]
     """Schedules a queue item ``(kind, a, b, c)`` (``_calendar.py``) at a
     time, rounded up to the quantum."""
+    close_stream: Callable[[ProcessId, ProcessId], None]
+    """Closes the stream of one directed link (wire mode over links)."""
     set_timer: Callable[[Any, float], None]
     """Keeps one versioned timer per key, due at a time (``math.inf``: none)."""
     sampler: Callable[[ProcessId, Membership], PeerSampler] | None
@@ -170,11 +176,11 @@ class Engine(ABC):
     deterministic_agreement: ClassVar[bool]
     """Holes and validity violations are failures of a run (not only reported)."""
     drain_every_input: ClassVar[bool]
+    """Outputs are drained after every arrival, not only after timers and
+    broadcasts (the default of ``Simulation.drain_every_input``)."""
     wire: ClassVar[bool] = False
     """Its processes can run as full endpoints, bytes on the links
     (``Simulation(wire=True)``)."""
-    """Outputs are drained after every arrival, not only after timers and
-    broadcasts (the default of ``Simulation.drain_every_input``)."""
 
     # -- the simulation side -------------------------------------------------
 
@@ -350,8 +356,10 @@ class Members(VirtualNetwork):
             send_balls=self._send_balls,
             send_peer=self._send_peer,
             send_links=self._send_links,
+            send_streams=self._send_streams,
             drain=self._drain,
             push=self._push,
+            close_stream=self.close_stream,
             set_timer=self._set_timer,
             sampler=sampler,
         )
@@ -359,10 +367,14 @@ class Members(VirtualNetwork):
         """What differs between ordering engines (``_engines.py``)."""
         self.engine.check_options(drift=drift, jitter=jitter, sampler=sampler, pss=pss)
         if wire and (not self.engine.wire or pss != "full" or sampler is not None):
-            raise ConfigurationError("wire runs EpTO processes over a full view only")
+            raise ConfigurationError(
+                "wire runs EpTO processes over a full view, or a token ring, only "
+                "(sequencing atoms run at the message level)"
+            )
         self.wire = bool(wire)
         """Every process runs as a full endpoint and frames (bytes) travel on
         the links (``_wire.py``); off: the adapters exchange messages as objects."""
+        self._streams = self.wire and self.engine.streams
         self.wire_key = wire_key
         """With ``wire``: the group key that seals every frame (None: unsealed)."""
         self.limits = limits if limits is not None else self.engine.default_limits()
@@ -554,8 +566,17 @@ class Members(VirtualNetwork):
 
     def inject(self, src: ProcessId, dest: ProcessId, frame: object) -> None:
         """Hand ``frame`` to the network now as if ``src`` had sent it to
-        ``dest`` (an adversary on the links; with ``wire``, bytes)."""
-        self._send(src, [(dest, frame)], self.now)
+        ``dest`` (an adversary on the links; with ``wire``, bytes; on a
+        stream, a write of its own on the stream that is up, without an
+        opening: the first frame of a new stream if none is)."""
+        if self._streams:
+            self._write(src, dest, [frame], self.now, open_stream=False)
+        else:
+            self._send(src, [(dest, frame)], self.now)
+
+    def _open_stream(self, src: ProcessId, dest: ProcessId) -> list[bytes]:
+        proc = self.endpoints.get(src)
+        return proc.opening(dest) if isinstance(proc, StreamWireProcess) else []
 
     def add_observer(self, observer: SimulationObserver) -> None:
         self.observers.append(observer)

@@ -17,6 +17,14 @@ and links, for the two kinds of traffic the simulated processes produce.
 
 For both, a partition drops what is sent across it and what *arrives*
 across it while it lasts.
+
+* **Streams** (wire mode of a stream engine, the token ring's full
+  endpoints; ``_wire.py``): TCP streams over the reliable FIFO links. What
+  one turn of a process has for a peer is one write, which opens a new
+  stream with the sender's opening frames when the link's epoch changed
+  since the last one; anything that drops a write (a partition at either
+  end, a break) closes the stream, and so may the receiver
+  (:meth:`VirtualNetwork.close_stream`): a stream never skips a frame.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from epto.wire import Ball
 
 from ._calendar import ARRIVE, ARRIVE_MANY, LINK, PEER, CalendarQueue
 from ._latency import ConstantLatency, LatencyModel, PlanetLabLatency
+from ._wire import StreamWrite
 
 Sides = dict[ProcessId, int]
 """A partition: process -> side (processes not listed are on side -1)."""
@@ -115,6 +124,11 @@ class VirtualNetwork(CalendarQueue):
         self._process_epochs: dict[ProcessId, int] = {}
         self._broken: set[tuple[ProcessId, ProcessId]] = set()
         self._disconnected: dict[ProcessId, Sides] = {}
+        # Streams (wire mode over links): closes per directed link (a part of
+        # its epoch), the stream each sender opened last per link.
+        self._streams = False
+        self._closes: dict[tuple[ProcessId, ProcessId], int] = {}
+        self._opened: dict[tuple[ProcessId, ProcessId], tuple[int, int, int, int]] = {}
 
     # -- latency and partitions ----------------------------------------------
 
@@ -262,46 +276,106 @@ class VirtualNetwork(CalendarQueue):
 
     # -- reliable FIFO links --------------------------------------------------
 
-    def _link_epoch(self, src: ProcessId, dest: ProcessId) -> tuple[int, int, int]:
+    def _link_epoch(self, src: ProcessId, dest: ProcessId) -> tuple[int, int, int, int]:
         pe = self._process_epochs
-        return (self._epochs.get((src, dest), 0), pe.get(src, 0), pe.get(dest, 0))
+        link = (src, dest)
+        closes = self._closes.get(link, 0)
+        return (self._epochs.get(link, 0), pe.get(src, 0), pe.get(dest, 0), closes)
 
     def _send_links(self, src: ProcessId, out: Iterable[tuple[ProcessId, Any]], now: float) -> None:
-        rng = self._net_rng
-        loss = self.loss
-        last = self._last_arrival
         for dest, message in out:
-            self._sent += 1
-            link = (src, dest)
-            if self._partitions and self._separated(src, dest):
-                self._cut += 1
-                continue
-            if link in self._broken:
-                self._lost += 1
-                continue
-            if loss and rng.random() < loss:
-                self._lost += 1
-                down = self.break_duration
-                if self._break_round_trip:
-                    lat = self._links.get(link) if self._links else None
-                    if lat is None:
-                        lat = self.latency.sample(src, dest, rng)
-                    down = max(2 * lat, self.quantum or 0.0)
-                self.break_link(src, dest, down)
-                continue
-            lat = self._links.get(link) if self._links else None
-            if lat is None:
-                lat = self.latency.sample(src, dest, rng)
-            at = max(now + lat, last.get(link, 0.0))
-            last[link] = at
-            self._in_flight += 1
-            self._push(at, (LINK, dest, src, (message, self._link_epoch(src, dest))))
+            at = self._link_arrival(src, dest, now)
+            if at is not None:
+                self._in_flight += 1
+                self._push(at, (LINK, dest, src, (message, self._link_epoch(src, dest))))
 
-    def _link_up(self, src: ProcessId, dest: ProcessId, epoch: tuple[int, int, int]) -> bool:
+    def _link_arrival(self, src: ProcessId, dest: ProcessId, now: float) -> float | None:
+        """Count one message (or stream write) handed to the link ``src ->
+        dest``: its arrival time, or None when it is dropped (cut by a
+        partition, the link down, or broken now by the loss model)."""
+        self._sent += 1
+        link = (src, dest)
+        if self._partitions and self._separated(src, dest):
+            self._cut += 1
+            return None
+        if link in self._broken:
+            self._lost += 1
+            return None
+        rng = self._net_rng
+        if self.loss and rng.random() < self.loss:
+            self._lost += 1
+            down = self.break_duration
+            if self._break_round_trip:
+                lat = self._links.get(link) if self._links else None
+                if lat is None:
+                    lat = self.latency.sample(src, dest, rng)
+                down = max(2 * lat, self.quantum or 0.0)
+            self.break_link(src, dest, down)
+            return None
+        lat = self._links.get(link) if self._links else None
+        if lat is None:
+            lat = self.latency.sample(src, dest, rng)
+        last = self._last_arrival
+        at = max(now + lat, last.get(link, 0.0))
+        last[link] = at
+        return at
+
+    # -- streams (wire mode over links) ---------------------------------------
+
+    def _send_streams(
+        self, src: ProcessId, out: Iterable[tuple[ProcessId, Any]], now: float
+    ) -> None:
+        """Stream endpoints' frames: one write per destination (its frames in
+        order), on the link's current stream, which a write opens with the
+        sender's opening frames (:meth:`_open_stream`)."""
+        writes: dict[ProcessId, list[object]] = {}
+        for dest, frame in out:
+            writes.setdefault(dest, []).append(frame)
+        for dest, frames in writes.items():
+            self._write(src, dest, frames, now, open_stream=True)
+
+    def _write(
+        self,
+        src: ProcessId,
+        dest: ProcessId,
+        frames: Sequence[object],
+        now: float,
+        *,
+        open_stream: bool,
+    ) -> None:
+        """One write on the stream ``src -> dest`` (``open_stream``: starting
+        a new stream with the opening frames; not for an adversary's frame)."""
+        at = self._link_arrival(src, dest, now)
+        if at is None:
+            # Whatever dropped it broke the stream: what follows opens a new one.
+            self.close_stream(src, dest)
+            return
+        link = (src, dest)
+        stream = self._link_epoch(src, dest)
+        if open_stream and self._opened.get(link) != stream:
+            frames = [*self._open_stream(src, dest), *frames]
+            self._opened[link] = stream
+        self._in_flight += 1
+        write = StreamWrite(tuple(frames), stream)
+        self._push(at, (LINK, dest, src, (write, stream)))
+
+    def _open_stream(self, src: ProcessId, dest: ProcessId) -> Sequence[object]:
+        """The frames a new stream from ``src`` to ``dest`` starts with."""
+        return ()
+
+    def close_stream(self, src: ProcessId, dest: ProcessId) -> None:
+        """Close the stream ``src -> dest`` (one direction): what is in
+        flight on it is lost, and the next write opens a new stream."""
+        link = (src, dest)
+        self._closes[link] = self._closes.get(link, 0) + 1
+
+    def _link_up(self, src: ProcessId, dest: ProcessId, epoch: tuple[int, int, int, int]) -> bool:
         """Whether a message sent on ``src -> dest`` in ``epoch`` may arrive now;
         counts it as lost or cut if not."""
         if self._partitions and self._separated(src, dest):
             self._cut += 1
+            if self._streams:
+                self.close_stream(src, dest)  # a stream never skips a frame
             return False
         if self._link_epoch(src, dest) != epoch:
             self._lost += 1

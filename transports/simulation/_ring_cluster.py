@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from epto import EventId, ProcessId
+from epto import EventId, GroupKey, Limits, ProcessId
 from epto.tokenring import TokenRingConfig, TokenRingProcess
 
 from ._cluster import Cluster
@@ -28,7 +28,10 @@ class TokenRingCluster(Cluster):
     (:meth:`TokenRingConfig.fitted`; :attr:`corrections` lists them), so
     that no run livelocks on a token timeout shorter than one rotation;
     ``fit=False`` runs ``config`` as given (the members' own measured
-    timeouts then have to make up for it).
+    timeouts then have to make up for it). ``wire`` runs every member as a
+    full :class:`epto.endpoint.TokenRingEndpoint`, frames on simulated
+    streams (sealed with ``wire_key``; docs/simulation.md). ``limits``
+    default to a stream node's.
     """
 
     def __init__(
@@ -42,6 +45,9 @@ class TokenRingCluster(Cluster):
         break_duration: float = 0.05,
         quantum: float | None = None,
         fit: bool = True,
+        wire: bool = False,
+        wire_key: GroupKey | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self._departed: dict[ProcessId, TokenRingProcess] = {}
         self.crashed: set[ProcessId] = set()
@@ -62,6 +68,9 @@ class TokenRingCluster(Cluster):
             loss=loss,
             break_duration=break_duration,
             quantum=quantum,
+            wire=wire,
+            wire_key=wire_key,
+            limits=limits,
         )
         self._positions = PositionRecorder()
         self.add_observer(self._positions)

@@ -1,24 +1,58 @@
-"""Byte endpoints in the simulator (``Simulation(wire=True)``): each EpTO
-process runs as a full :class:`epto.endpoint.EptoEndpoint` (framing, sealing
-with a group key, signatures, splitting), and what travels on the simulated
-links is the bytes of its frames.
+"""Byte endpoints in the simulator (``Simulation(wire=True)``): each process
+runs as a full endpoint (framing, sealing with a group key, signatures,
+splitting), and what travels on the simulated links is the bytes of its
+frames.
+
+* EpTO (:class:`EptoWireProcess`): a full :class:`epto.endpoint.EptoEndpoint`;
+  its frames are datagrams, each independently delayed and lost.
+* The token ring (:class:`StreamWireProcess`): a full
+  :class:`epto.endpoint.TokenRingEndpoint`, a stream endpoint
+  (:class:`epto.endpoint.StreamEndpoint`); its frames travel on simulated
+  streams (``_network.py``, :meth:`VirtualNetwork._send_streams`): one
+  stream per directed link, opened with the endpoint's ``opening(dest)``
+  frames, frames in order while it is up. The receiving side applies the
+  TCP driver's rules for an incoming stream (``transports/_trio/tcp_inbound.py``):
+  a frame outside ``[HEADER_SIZE, limits.max_frame_size]`` is counted
+  (``bad-length``) and closes the stream; the first frame of a stream must
+  be at most :data:`FIRST_FRAME_LIMIT` bytes and accepted by the endpoint,
+  or the stream is closed; a later refused frame is only counted.
 
 A message-level simulation encodes nothing (the same adapter, without the
 framing); a wire simulation makes the endpoint's own decisions too (a frame
 too large, forged or bound to another receiver is refused and counted in the
-endpoint's statistics), at the cost of encoding every ball: meant for small
-groups, off by default.
+endpoint's statistics), at the cost of encoding every message: meant for
+small groups, off by default.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
-from typing import Any
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from epto import Config, Delivery, EventId, GroupKey, Limits, ProcessId
-from epto.endpoint import EptoEndpoint, NodeConfig
+from epto.endpoint import EptoEndpoint, NodeConfig, TokenRingEndpoint
 from epto.epidemic import Node, Process
+from epto.tokenring import TokenRingConfig, TokenRingProcess
+from epto.wire import HEADER_SIZE
+
+FIRST_FRAME_LIMIT = 4096
+"""The largest first frame a simulated stream accepts: the TCP driver's
+default ``TcpNodeConfig.first_frame_limit`` (a test keeps them equal)."""
+
+StreamId = tuple[int, int, int, int]
+"""One stream of a directed link: the link's epoch when it was opened
+(``VirtualNetwork._link_epoch``); a break or a close starts a new one."""
+
+
+class StreamWrite(NamedTuple):
+    """What one turn of a process hands one peer's stream: its frames, in
+    order, on ``stream``. A write arrives whole or not at all (a stream that
+    broke loses what was in flight on it)."""
+
+    frames: tuple[object, ...]
+    stream: StreamId
 
 
 def address(pid: ProcessId) -> str:
@@ -26,39 +60,22 @@ def address(pid: ProcessId) -> str:
     return f"sim:{pid}"
 
 
-class WireProcess:
-    """An EpTO process behind its full endpoint, driven by the simulator as
-    it drives an adapter: inputs are frames (bytes), outputs are
-    ``(destination, frame)``; everything else is the endpoint's adapter's."""
+E = TypeVar("E", EptoEndpoint, TokenRingEndpoint)
 
-    __slots__ = ("_now", "adapter", "endpoint", "engine", "pid", "process")
 
-    def __init__(
-        self,
-        pid: ProcessId,
-        config: Config,
-        *,
-        now: float,
-        seed: int,
-        limits: Limits,
-        members: list[ProcessId],
-        group_key: GroupKey | None,
-    ) -> None:
-        node_config = NodeConfig(
-            pid=pid,
-            bind=address(pid),
-            members={p: address(p) for p in members if p != pid},
-            epto=config,
-            limits=limits,
-            group_key=group_key,
-            seed=seed,
-            incarnation=0,
-        )
-        self.endpoint = EptoEndpoint(node_config, now, rng=random.Random(seed), wall=max(0.0, now))
-        self.adapter = self.endpoint.adapter
-        self.engine: Node | Process = self.adapter.engine
-        self.process: Process = self.adapter.process
-        self.pid = pid
+class WireProcess(Generic[E]):
+    """A process behind its full endpoint, driven by the simulator as it
+    drives an adapter: inputs are frames (bytes), outputs are
+    ``(destination, frame)``; everything else is the endpoint's adapter's.
+    :class:`EptoWireProcess` and :class:`StreamWireProcess` add what their
+    engine's driver does."""
+
+    __slots__ = ("_now", "adapter", "endpoint", "engine", "pid")
+
+    def __init__(self, endpoint: E, now: float) -> None:
+        self.endpoint: E = endpoint
+        self.adapter = endpoint.adapter
+        self.pid = endpoint.pid
         self._now = now
 
     # The simulator's message path: the frame names its sender.
@@ -99,6 +116,42 @@ class WireProcess:
     def flushed(self) -> bool:
         return self.adapter.flushed()
 
+    def rejected(self) -> dict[str, int]:
+        """Frames this endpoint refused, by fault."""
+        return dict(self.endpoint.statistics().rejected)
+
+
+class EptoWireProcess(WireProcess[EptoEndpoint]):
+    """An EpTO process behind its full endpoint; frames are datagrams."""
+
+    __slots__ = ("process",)
+
+    def __init__(
+        self,
+        pid: ProcessId,
+        config: Config,
+        *,
+        now: float,
+        seed: int,
+        limits: Limits,
+        members: list[ProcessId],
+        group_key: GroupKey | None,
+    ) -> None:
+        node_config = NodeConfig(
+            pid=pid,
+            bind=address(pid),
+            members={p: address(p) for p in members if p != pid},
+            epto=config,
+            limits=limits,
+            group_key=group_key,
+            seed=seed,
+            incarnation=0,
+        )
+        endpoint = EptoEndpoint(node_config, now, rng=random.Random(seed), wall=max(0.0, now))
+        super().__init__(endpoint, now)
+        self.engine: Node | Process = self.adapter.engine
+        self.process: Process = self.adapter.process
+
     # Membership: the simulator tells every endpoint of joins and crashes.
 
     def add_member(self, pid: ProcessId) -> None:
@@ -107,6 +160,95 @@ class WireProcess:
     def remove_member(self, pid: ProcessId) -> None:
         self.endpoint.engine.remove_member(pid)
 
-    def rejected(self) -> dict[str, int]:
-        """Frames this endpoint refused, by fault."""
-        return dict(self.endpoint.statistics().rejected)
+
+class StreamWireProcess(WireProcess[TokenRingEndpoint]):
+    """A token-ring process behind its full endpoint, a stream endpoint: it
+    receives :class:`StreamWrite` items and checks each incoming stream as
+    the TCP driver does (see the module docstring); ``close_stream(src,
+    dest)`` closes one in the network."""
+
+    __slots__ = ("_close", "_inbound", "streams_closed")
+
+    def __init__(
+        self,
+        pid: ProcessId,
+        config: TokenRingConfig,
+        *,
+        now: float,
+        rng: random.Random,
+        limits: Limits,
+        members: Sequence[ProcessId] | None,
+        contacts: Sequence[ProcessId] | None,
+        group_key: GroupKey | None,
+        close_stream: Callable[[ProcessId, ProcessId], None],
+    ) -> None:
+        node_config = NodeConfig(
+            pid=pid,
+            bind=address(pid),
+            mode="token-ring",
+            tokenring=config,
+            members={p: address(p) for p in members or ()},
+            contacts={p: address(p) for p in contacts or ()},
+            limits=limits,
+            group_key=group_key,
+            incarnation=0,
+        )
+        endpoint = TokenRingEndpoint(node_config, now, rng=rng, wall=max(0.0, now))
+        endpoint.set_advertised(address(pid))  # what a driver does once it listens
+        super().__init__(endpoint, now)
+        self.engine: TokenRingProcess = self.adapter.engine
+        self._close = close_stream
+        self._inbound: dict[ProcessId, tuple[StreamId, bool]] = {}
+        """Per sender: the stream last seen from it, and whether its first
+        frame passed."""
+        self.streams_closed: Counter[str] = Counter()
+        """Incoming streams this process closed, by reason (the TCP
+        driver's ``connections_refused``)."""
+
+    def opening(self, dest: ProcessId) -> list[bytes]:
+        """The frames a new stream to ``dest`` starts with."""
+        return self.endpoint.opening(dest)
+
+    def messages_to_send(self) -> list[tuple[ProcessId, Any]]:
+        self.endpoint.gone()  # a driver lets their links go; the simulator keeps none
+        return super().messages_to_send()
+
+    def receive(self, sender: ProcessId, data: Any, now: float) -> None:
+        if not isinstance(data, StreamWrite):
+            super().receive(sender, data, now)
+            return
+        self._now = now
+        endpoint = self.endpoint
+        max_frame = endpoint.limits.max_frame_size
+        seen = self._inbound.get(sender)
+        opened = seen is not None and seen[0] == data.stream and seen[1]
+        close: str | None = None  # why the stream is closed ("": uncounted)
+        for frame in data.frames:
+            if not isinstance(frame, bytes):
+                endpoint.reject("not-a-frame")
+                continue
+            size = len(frame)
+            if not HEADER_SIZE <= size <= max_frame:
+                # The length prefix breaks the framing: the stream ends.
+                endpoint.reject("bad-length")
+                close = "" if opened else _refusal(size)
+                break
+            if not opened and size > FIRST_FRAME_LIMIT:
+                close = "first-frame-too-large"
+                break
+            if endpoint.receive(frame, now):
+                opened = True
+            elif not opened:
+                close = "handshake-rejected"  # the first frame must pass
+                break
+        self._inbound[sender] = (data.stream, opened)
+        if close is not None:
+            if close:
+                self.streams_closed[close] += 1
+            self._close(sender, self.pid)
+
+
+def _refusal(size: int) -> str:
+    """Why the TCP driver closes a stream whose first frame has ``size`` bytes
+    outside the frame bounds."""
+    return "first-frame-too-large" if size > FIRST_FRAME_LIMIT else "handshake-rejected"
