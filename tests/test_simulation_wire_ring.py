@@ -23,7 +23,7 @@ from epto import ConfigurationError, Delivery, EventId, GroupKey, Limits, Proces
 from epto.cli import main
 from epto.tokenring import TokenRingConfig, splitting_registry
 from epto.tokenring._messages import DataBatch
-from epto.wire import FrameCodec
+from epto.wire import HEADER_SIZE, FrameCodec
 
 N = 5
 EVENTS = 40
@@ -76,23 +76,38 @@ def test_wire_ring_delivers_the_events_of_the_message_level_run(key: GroupKey | 
         assert proc.endpoint.statistics().encode_failures == 0
 
 
-def test_hostile_input_on_a_stream_is_refused_counted_and_the_run_delivers() -> None:
+def test_hostile_input_on_a_stream_is_refused_counted_and_the_run_delivers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sent = _record_frames(monkeypatch)
     cluster = _ring(wire=True, key=KEY)
     cluster.run_until(60.0)  # streams are up, broadcasts go on until t = 155
     target = cluster.endpoints[0]
     assert isinstance(target, StreamWireProcess)
-    frame = cluster.limits.max_frame_size
-    cluster.inject(1, 0, b"\x00" * 40)  # not a frame of this group
-    cluster.run_until(61.0)
-    cluster.inject(1, 0, "not bytes")  # an object where a frame belongs
-    cluster.run_until(62.0)
-    cluster.inject(2, 0, b"\xff" * (frame + 1))  # too large: it ends the stream
-    cluster.run_until(63.0)
-    cluster.inject(77, 0, b"\x01" * 100)  # an outsider's stream: refused at once
+    real = [data for src, dest, data in sent if src == 1 and dest == 0][-1]
+    forged = bytearray(real)
+    forged[HEADER_SIZE + 4] ^= 0x40  # a nonce never used: the seal does not open
+    hostile: list[tuple[ProcessId, object]] = [
+        (1, bytes(forged)),  # forged: fails authentication
+        (1, real),  # a replay of a frame 0 accepted
+        (1, b"\x00" * 40),  # not a frame of this group
+        (1, "not bytes"),  # an object where a frame belongs
+        (2, b"\xff" * (cluster.limits.max_frame_size + 1)),  # too large: ends the stream
+        (77, b"\x01" * 100),  # an outsider's stream: its first frame does not pass
+    ]
+    for src, data in hostile:
+        cluster.inject(src, 0, data)
+        cluster.run_until(cluster.now + 1.0)
     cluster.run_until(2000.0)
-    assert target.rejected() == {"bad-magic": 2, "not-a-frame": 1, "bad-length": 1}
-    # The outsider's first frame did not pass: its stream was closed, as the
-    # TCP driver closes it; the member's stream that broke was opened again.
+    assert target.rejected() == {
+        "bad-tag": 1,
+        "replay": 1,
+        "bad-magic": 2,
+        "not-a-frame": 1,
+        "bad-length": 1,
+    }
+    # The outsider's stream was closed, as the TCP driver closes it; the
+    # member's stream that the oversized frame ended was opened again.
     assert dict(target.streams_closed) == {"handshake-rejected": 1}
     assert cluster.quiescent()
     _one_total_order(cluster)
@@ -101,12 +116,8 @@ def test_hostile_input_on_a_stream_is_refused_counted_and_the_run_delivers() -> 
             assert proc.rejected() == {}
 
 
-def test_a_message_larger_than_a_frame_is_split_and_delivered_whole(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    limits = Limits.for_frame_size(1024)
-    payloads = [bytes([i]) * (limits.max_payload_size - 8) for i in range(6)]
-    assert sum(map(len, payloads[1:])) > limits.max_frame_size
+def _record_frames(monkeypatch: pytest.MonkeyPatch) -> list[tuple[ProcessId, ProcessId, bytes]]:
+    """Every frame a wire token-ring member sends: ``(src, dest, frame)``."""
     sent: list[tuple[ProcessId, ProcessId, bytes]] = []
     messages_to_send = StreamWireProcess.messages_to_send
 
@@ -116,6 +127,16 @@ def test_a_message_larger_than_a_frame_is_split_and_delivered_whole(
         return out
 
     monkeypatch.setattr(StreamWireProcess, "messages_to_send", recording)
+    return sent
+
+
+def test_a_message_larger_than_a_frame_is_split_and_delivered_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    limits = Limits.for_frame_size(1024)
+    payloads = [bytes([i]) * (limits.max_payload_size - 8) for i in range(6)]
+    assert sum(map(len, payloads[1:])) > limits.max_frame_size
+    sent = _record_frames(monkeypatch)
     cluster = TokenRingCluster(N, CONFIG, seed=5, delay=(1.0, 5.0), wire=True, limits=limits)
     payloads_at = _Payloads()
     cluster.add_observer(payloads_at)
