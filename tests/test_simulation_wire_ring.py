@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from epto.transports.simulation import (
+    Cluster,
     SimulationObserver,
     SimulationSpec,
     TokenRingCluster,
@@ -19,8 +20,10 @@ from epto.transports.simulation import (
 from epto.transports.simulation._wire import FIRST_FRAME_LIMIT, StreamWireProcess
 from epto.transports.trio_tcp import TcpNodeConfig
 
-from epto import ConfigurationError, Delivery, EventId, GroupKey, Limits, ProcessId
+from epto import Delivery, EventId, GroupKey, Limits, ProcessId
+from epto.atoms import AtomsConfig, SequencingGraph
 from epto.cli import main
+from epto.endpoint import AtomsEndpoint
 from epto.tokenring import TokenRingConfig, splitting_registry
 from epto.tokenring._messages import DataBatch
 from epto.wire import HEADER_SIZE, FrameCodec
@@ -220,7 +223,39 @@ def test_stream_limits_match_the_tcp_driver() -> None:
     assert TcpNodeConfig(bind="127.0.0.1:0").first_frame_limit == FIRST_FRAME_LIMIT
 
 
-def test_atoms_wire_is_refused() -> None:
-    spec = SimulationSpec(mode="atoms", processes=6, events=4, rounds=4, wire=True)
-    with pytest.raises(ConfigurationError, match="message level"):
-        run_simulation(spec)
+def test_atoms_wire_run_matches_the_message_level_run() -> None:
+    # Sequencing atoms are a stream endpoint too (AtomsEndpoint): the same
+    # simulated streams. Their routes are fixed and every member answers at
+    # once, so the runs deliver alike, pairwise order checked.
+    results = []
+    for wire in (False, True):
+        spec = SimulationSpec(mode="atoms", processes=10, events=40, rounds=8, seed=4, wire=wire)
+        results.append(run_simulation(spec))
+    plain, wired = results
+    assert not plain.failures and not wired.failures, wired.failures
+    for key in ("events", "events_delivered", "deliveries", "holes", "order_violations"):
+        assert getattr(wired, key) == getattr(plain, key), key
+    assert wired.events_delivered == 40
+
+
+def test_atoms_wire_members_are_full_endpoints_and_refuse_hostile_frames() -> None:
+    memberships = {1: frozenset({0, 1, 2}), 2: frozenset({1, 2, 3}), 3: frozenset({3, 4, 5})}
+    config = AtomsConfig(graph=SequencingGraph.build(memberships))
+    runs = []
+    for wire in (False, True):
+        cluster = Cluster(6, seed=1, config=config, wire=wire, wire_key=KEY if wire else None)
+        for i in range(12):
+            cluster.broadcast_at(1.0 + i, i % 6, b"payload %d" % i)
+        cluster.run_until(5.0)
+        if wire:
+            cluster.inject(2, 1, b"\x00" * 40)  # not a frame of this group
+        cluster.run_until(200.0)
+        assert cluster.quiescent()
+        runs.append(cluster)
+    plain, wired = runs
+    target = wired.endpoints[1]
+    assert isinstance(target, StreamWireProcess)
+    assert isinstance(target.endpoint, AtomsEndpoint)
+    assert target.rejected() == {"bad-magic": 1}
+    assert wired.recorder.sequences == plain.recorder.sequences
+    assert sum(map(len, wired.recorder.sequences.values())) > 12

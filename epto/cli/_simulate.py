@@ -129,9 +129,9 @@ def register(sub: Any) -> None:
     n.add_argument(
         "--wire",
         action="store_true",
-        help="EpTO or token ring: run every process as a full endpoint, frames as bytes "
-        "on the links (framing, signatures, splitting decided as by a real node; the token "
-        "ring's frames on simulated streams; for small runs; not for atoms)",
+        help="run every process as a full endpoint, frames as bytes on the links "
+        "(framing, signatures, splitting decided as by a real node; the token ring's and "
+        "atoms' frames on simulated streams; EpTO over a full view only; for small runs)",
     )
     n.add_argument(
         "--latency",

@@ -11,7 +11,9 @@ liveness (nothing stuck). The graph is placed for the run's latency model
 (``SimulationSpec.atoms_placement``). The figures add the graph's size and
 the latency stretch: each delivery's delay against the direct latency from
 the sender to the receiver, per receiver as a ratio of means (the headline)
-and as a mean of ratios.
+and as a mean of ratios. With ``wire``, each node is a full
+:class:`epto.endpoint.AtomsEndpoint` whose frames travel on simulated
+streams (``_wire.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any, ClassVar, Literal
 from epto import Config, Delivery, EventId, LocalProtocolError, ProcessId
 from epto.atoms import AtomsConfig, AtomsProcess, SequencingGraph, zipf_memberships
 from epto.check import CheckReport, OrderViolation, PairwiseReport, check_pairwise
-from epto.endpoint import AtomsAdapter
+from epto.endpoint import AtomsAdapter, NodeConfig
 
 from ._latency import LatencyModel
 from ._members import (
@@ -38,6 +40,7 @@ from ._members import (
     SimulationPort,
 )
 from ._spec import SimulationSpec
+from ._wire import address, stream_process
 
 
 def _atoms(proc: Member) -> AtomsProcess:
@@ -72,6 +75,7 @@ class AtomsEngine(Engine):
     deterministic_agreement = True
     drain_every_input = True
     streams = True
+    wire = True
     subject = "sequencing atoms have"
 
     def __init__(self, sim: Members, port: SimulationPort, config: AtomsConfig) -> None:
@@ -106,9 +110,28 @@ class AtomsEngine(Engine):
             raise LocalProtocolError("phase, interval and config are EpTO options")
         if members is not None or contacts is not None:
             raise LocalProtocolError("members and contacts are token-ring options")
+        sim = self.sim
+        sim.membership.add(pid)
+        if sim.wire:
+            # Every node of the deployment, as AtomsProcess derives it from
+            # the graph (a node's endpoint takes them from its members).
+            graph = self.config.graph
+            nodes = {p for members in graph.groups.values() for p in members}
+            nodes |= {atom.host for atom in graph.atoms.values()}
+            node = NodeConfig(
+                pid=pid,
+                bind=address(pid),
+                mode="atoms",
+                atoms=self.config,
+                members={p: address(p) for p in sorted(nodes | {pid})},
+                limits=sim.limits,
+                group_key=sim.wire_key,
+                incarnation=0,
+            )
+            rng = random.Random(f"epto-sim/{sim.seed}/process/{pid}")
+            return stream_process(node, now=sim.now, rng=rng, close_stream=self.port.close_stream)
         proc = AtomsProcess(pid, self.config.graph, max_pending=self.config.max_pending)
-        self.sim.membership.add(pid)
-        return AtomsAdapter(proc, limits=self.sim.limits)
+        return AtomsAdapter(proc, limits=sim.limits)
 
     def start(self, pid: ProcessId, proc: Adapter) -> None:
         # No timer to arm: the flush is the drain (flusher).
@@ -121,7 +144,7 @@ class AtomsEngine(Engine):
         return None
 
     def sender(self) -> Send:
-        return self.port.send_links
+        return self.port.send_streams if self.sim.wire else self.port.send_links
 
     def flusher(self) -> Flush:
         return self.port.drain
@@ -149,7 +172,7 @@ class AtomsEngine(Engine):
 
     @staticmethod
     def options(spec: SimulationSpec) -> dict[str, Any]:
-        return {"wire": spec.wire}  # refused by the simulation: message level only
+        return {"wire": spec.wire}
 
     def observers(self) -> list[SimulationObserver]:
         return [self.recorder]

@@ -34,7 +34,7 @@ import attrs
 from epto import Config, CyclonConfig, Delivery, EventId, LocalProtocolError, ProcessId
 from epto.atoms import AtomsConfig
 from epto.check import CheckReport, check
-from epto.endpoint import EptoAdapter, TokenRingAdapter
+from epto.endpoint import EptoAdapter, NodeConfig, TokenRingAdapter
 from epto.epidemic import FullView, Node, PeerDescriptor, Process
 from epto.tokenring import TokenRingConfig, TokenRingProcess
 from epto.wire import Ball
@@ -53,7 +53,7 @@ from ._members import (
     SimulationPort,
 )
 from ._spec import SimulationSpec
-from ._wire import EptoWireProcess, StreamWireProcess
+from ._wire import EptoWireProcess, address, stream_process
 
 
 def _process(member: Member) -> Process:
@@ -334,17 +334,18 @@ class TokenRingEngine(Engine):
                 members = [pid]
         if sim.wire:
             sim.membership.add(pid)
-            return StreamWireProcess(
-                pid,
-                cfg,
-                now=sim.now,
-                rng=rng,
+            node = NodeConfig(
+                pid=pid,
+                bind=address(pid),
+                mode="token-ring",
+                tokenring=cfg,
+                members={p: address(p) for p in members or ()},
+                contacts={p: address(p) for p in contacts or ()} if members is None else {},
                 limits=sim.limits,
-                members=members,
-                contacts=None if members is not None else sorted(contacts or ()),
                 group_key=sim.wire_key,
-                close_stream=self.port.close_stream,
+                incarnation=0,
             )
+            return stream_process(node, now=sim.now, rng=rng, close_stream=self.port.close_stream)
         if members is not None:
             proc = TokenRingProcess(pid, cfg, rng=rng, now=sim.now, members=list(members))
         else:

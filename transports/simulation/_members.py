@@ -368,8 +368,7 @@ class Members(VirtualNetwork):
         self.engine.check_options(drift=drift, jitter=jitter, sampler=sampler, pss=pss)
         if wire and (not self.engine.wire or pss != "full" or sampler is not None):
             raise ConfigurationError(
-                "wire runs EpTO processes over a full view, or a token ring, only "
-                "(sequencing atoms run at the message level)"
+                "wire runs EpTO processes over a full view only (a token ring and atoms: always)"
             )
         self.wire = bool(wire)
         """Every process runs as a full endpoint and frames (bytes) travel on

@@ -120,10 +120,10 @@ class SimulationSpec:
     """The simulator's stall bound (``Simulation(max_items_per_instant=)``;
     ``None``: its default)."""
     wire: bool = False
-    """EpTO over a full view, or a token ring: every process runs as a full
-    endpoint (framing, sealing, signatures, splitting), frames as bytes on the
-    links (the token ring's on simulated streams); for small runs
-    (``Simulation(wire=True)``). Sequencing atoms refuse it."""
+    """Every process runs as a full endpoint (framing, sealing, signatures,
+    splitting), frames as bytes on the links: EpTO's as datagrams (over a
+    full view), the token ring's and sequencing atoms' on simulated streams;
+    for small runs (``Simulation(wire=True)``)."""
 
     def validate(self) -> None:
         if not isinstance(self.processes, int) or self.processes < 2:

@@ -5,8 +5,9 @@ frames.
 
 * EpTO (:class:`EptoWireProcess`): a full :class:`epto.endpoint.EptoEndpoint`;
   its frames are datagrams, each independently delayed and lost.
-* The token ring (:class:`StreamWireProcess`): a full
-  :class:`epto.endpoint.TokenRingEndpoint`, a stream endpoint
+* The token ring and sequencing atoms (:class:`StreamWireProcess`): a full
+  :class:`epto.endpoint.TokenRingEndpoint` or
+  :class:`epto.endpoint.AtomsEndpoint`, a stream endpoint
   (:class:`epto.endpoint.StreamEndpoint`); its frames travel on simulated
   streams (``_network.py``, :meth:`VirtualNetwork._send_streams`): one
   stream per directed link, opened with the endpoint's ``opening(dest)``
@@ -28,13 +29,23 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Generic, NamedTuple, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 from epto import Config, Delivery, EventId, GroupKey, Limits, ProcessId
-from epto.endpoint import EptoEndpoint, NodeConfig, TokenRingEndpoint
+from epto.atoms import AtomsProcess
+from epto.endpoint import (
+    AtomsAdapter,
+    AtomsEndpoint,
+    EptoAdapter,
+    EptoEndpoint,
+    NodeConfig,
+    TokenRingAdapter,
+    TokenRingEndpoint,
+    ViewAware,
+)
 from epto.epidemic import Node, Process
-from epto.tokenring import TokenRingConfig, TokenRingProcess
+from epto.tokenring import TokenRingProcess
 from epto.wire import HEADER_SIZE
 
 FIRST_FRAME_LIMIT = 4096
@@ -60,10 +71,7 @@ def address(pid: ProcessId) -> str:
     return f"sim:{pid}"
 
 
-E = TypeVar("E", EptoEndpoint, TokenRingEndpoint)
-
-
-class WireProcess(Generic[E]):
+class WireProcess:
     """A process behind its full endpoint, driven by the simulator as it
     drives an adapter: inputs are frames (bytes), outputs are
     ``(destination, frame)``; everything else is the endpoint's adapter's.
@@ -72,9 +80,11 @@ class WireProcess(Generic[E]):
 
     __slots__ = ("_now", "adapter", "endpoint", "engine", "pid")
 
-    def __init__(self, endpoint: E, now: float) -> None:
-        self.endpoint: E = endpoint
-        self.adapter = endpoint.adapter
+    def __init__(
+        self, endpoint: EptoEndpoint | TokenRingEndpoint | AtomsEndpoint, now: float
+    ) -> None:
+        self.endpoint = endpoint
+        self.adapter: EptoAdapter | TokenRingAdapter | AtomsAdapter = endpoint.adapter
         self.pid = endpoint.pid
         self._now = now
 
@@ -121,10 +131,10 @@ class WireProcess(Generic[E]):
         return dict(self.endpoint.statistics().rejected)
 
 
-class EptoWireProcess(WireProcess[EptoEndpoint]):
+class EptoWireProcess(WireProcess):
     """An EpTO process behind its full endpoint; frames are datagrams."""
 
-    __slots__ = ("process",)
+    __slots__ = ("_handle", "process")
 
     def __init__(
         self,
@@ -149,54 +159,56 @@ class EptoWireProcess(WireProcess[EptoEndpoint]):
         )
         endpoint = EptoEndpoint(node_config, now, rng=random.Random(seed), wall=max(0.0, now))
         super().__init__(endpoint, now)
-        self.engine: Node | Process = self.adapter.engine
-        self.process: Process = self.adapter.process
+        self.engine: Node | Process = endpoint.adapter.engine
+        self.process: Process = endpoint.adapter.process
+        self._handle = endpoint.engine
 
     # Membership: the simulator tells every endpoint of joins and crashes.
 
     def add_member(self, pid: ProcessId) -> None:
-        self.endpoint.engine.add_member(pid, address(pid))
+        self._handle.add_member(pid, address(pid))
 
     def remove_member(self, pid: ProcessId) -> None:
-        self.endpoint.engine.remove_member(pid)
+        self._handle.remove_member(pid)
 
 
-class StreamWireProcess(WireProcess[TokenRingEndpoint]):
-    """A token-ring process behind its full endpoint, a stream endpoint: it
-    receives :class:`StreamWrite` items and checks each incoming stream as
-    the TCP driver does (see the module docstring); ``close_stream(src,
-    dest)`` closes one in the network."""
+def stream_process(
+    config: NodeConfig,
+    *,
+    now: float,
+    rng: random.Random,
+    close_stream: Callable[[ProcessId, ProcessId], None],
+) -> StreamWireProcess:
+    """The stream endpoint of ``config`` (the token ring's, or sequencing
+    atoms'), built as a node builds it, behind its wire process."""
+    wall = max(0.0, now)
+    endpoint: TokenRingEndpoint | AtomsEndpoint
+    if config.resolved_mode() == "atoms":
+        endpoint = AtomsEndpoint(config, now, rng=rng, wall=wall)
+    else:
+        endpoint = TokenRingEndpoint(config, now, rng=rng, wall=wall)
+    endpoint.set_advertised(address(config.pid))  # what a driver does once it listens
+    return StreamWireProcess(endpoint, now, close_stream=close_stream)
 
-    __slots__ = ("_close", "_inbound", "streams_closed")
+
+class StreamWireProcess(WireProcess):
+    """A stream endpoint (the token ring's, sequencing atoms') behind its
+    wire process: it receives :class:`StreamWrite` items and checks each
+    incoming stream as the TCP driver does (see the module docstring);
+    ``close_stream(src, dest)`` closes one in the network."""
+
+    __slots__ = ("_close", "_inbound", "_stream", "streams_closed")
 
     def __init__(
         self,
-        pid: ProcessId,
-        config: TokenRingConfig,
-        *,
+        endpoint: TokenRingEndpoint | AtomsEndpoint,
         now: float,
-        rng: random.Random,
-        limits: Limits,
-        members: Sequence[ProcessId] | None,
-        contacts: Sequence[ProcessId] | None,
-        group_key: GroupKey | None,
+        *,
         close_stream: Callable[[ProcessId, ProcessId], None],
     ) -> None:
-        node_config = NodeConfig(
-            pid=pid,
-            bind=address(pid),
-            mode="token-ring",
-            tokenring=config,
-            members={p: address(p) for p in members or ()},
-            contacts={p: address(p) for p in contacts or ()},
-            limits=limits,
-            group_key=group_key,
-            incarnation=0,
-        )
-        endpoint = TokenRingEndpoint(node_config, now, rng=rng, wall=max(0.0, now))
-        endpoint.set_advertised(address(pid))  # what a driver does once it listens
         super().__init__(endpoint, now)
-        self.engine: TokenRingProcess = self.adapter.engine
+        self._stream = endpoint
+        self.engine: TokenRingProcess | AtomsProcess = endpoint.adapter.engine
         self._close = close_stream
         self._inbound: dict[ProcessId, tuple[StreamId, bool]] = {}
         """Per sender: the stream last seen from it, and whether its first
@@ -205,12 +217,21 @@ class StreamWireProcess(WireProcess[TokenRingEndpoint]):
         """Incoming streams this process closed, by reason (the TCP
         driver's ``connections_refused``)."""
 
+    def broadcast(self, payload: bytes, now: float) -> EventId:
+        # The adapter's: an atoms node in several groups publishes to each in
+        # turn, as at the message level (the endpoint's own broadcast needs
+        # a node of one group); the token ring's endpoint does just this.
+        self._now = now
+        return self.adapter.broadcast(payload, now)
+
     def opening(self, dest: ProcessId) -> list[bytes]:
         """The frames a new stream to ``dest`` starts with."""
-        return self.endpoint.opening(dest)
+        return self._stream.opening(dest)
 
     def messages_to_send(self) -> list[tuple[ProcessId, Any]]:
-        self.endpoint.gone()  # a driver lets their links go; the simulator keeps none
+        endpoint = self.endpoint
+        if isinstance(endpoint, ViewAware):
+            endpoint.gone()  # a driver lets their links go; the simulator keeps none
         return super().messages_to_send()
 
     def receive(self, sender: ProcessId, data: Any, now: float) -> None:
@@ -218,7 +239,7 @@ class StreamWireProcess(WireProcess[TokenRingEndpoint]):
             super().receive(sender, data, now)
             return
         self._now = now
-        endpoint = self.endpoint
+        endpoint = self._stream
         max_frame = endpoint.limits.max_frame_size
         seen = self._inbound.get(sender)
         opened = seen is not None and seen[0] == data.stream and seen[1]
