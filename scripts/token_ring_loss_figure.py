@@ -71,18 +71,30 @@ def main() -> None:
     parser.add_argument("--seeds", default="0:8", help="first:last (exclusive), default 0:8")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument(
+        "--loss",
+        type=float,
+        action="append",
+        help="only this loss rate (repeatable; implies --no-plot), e.g. --loss 0.05",
+    )
+    parser.add_argument(
+        "--mode", choices=MODES, action="append", help="only this engine (implies --no-plot)"
+    )
     args = parser.parse_args()
     first, last = (int(x) for x in args.seeds.split(":"))
     seeds = range(first, last)
-    todo = [(mode, loss, seed) for mode in MODES for loss in LOSSES for seed in seeds]
+    losses = tuple(args.loss) if args.loss else LOSSES
+    modes = tuple(args.mode) if args.mode else MODES
+    partial = losses != LOSSES or modes != MODES
+    todo = [(mode, loss, seed) for mode in modes for loss in losses for seed in seeds]
     with ProcessPoolExecutor(max(1, args.jobs)) as pool:
         runs = list(pool.map(_run, todo))
     rows: dict[tuple[str, float], tuple[float, int, float, float]] = {}
     print(f"{len(seeds)} seeds per point ({args.seeds}); delays in ticks (ms)")
     print("| loss | engine | delivered | runs delivering all | p50 | p99 |")
     print("| --- | --- | --- | --- | --- | --- |")
-    for loss in LOSSES:
-        for mode in MODES:
+    for loss in losses:
+        for mode in modes:
             mine = [r for r in runs if r[0] == mode and r[1] == loss]
             made = sum(r[3] for r in mine)
             wanted = sum(r[4] for r in mine)
@@ -94,7 +106,7 @@ def main() -> None:
                 f"| {loss * 100:.0f}% | {mode} | {made / wanted if wanted else 1.0:.4f} "
                 f"| {full}/{len(mine)} | {p50:.0f} | {p99:.0f} |"
             )
-    if args.no_plot:
+    if args.no_plot or partial:
         return
     OUT.mkdir(parents=True, exist_ok=True)
     fig, (lat_ax, frac_ax) = plt.subplots(1, 2, figsize=(10, 4))

@@ -96,12 +96,17 @@ from ._vote import RestoredVote
 MAX_PROPOSAL_BACKOFF = 16
 """Most multiples of ``change_timeout`` a proposal lives after failed ones."""
 
+MAX_PHASE_RESENDS = 8
+"""Most times a proposal's ``Prepare`` (or ``Accept``) is sent again to one
+voter that has not answered it."""
+
 
 class ViewChange:
     """The consensus roles of one process, and installing what they decide."""
 
     __slots__ = (
         "_acceptor",
+        "_asked",
         "_change_at",
         "_data",
         "_failed",
@@ -136,6 +141,11 @@ class ViewChange:
         self._leave = leave
         self._acceptor = Acceptor(shared.ring.instance)
         self._proposer: Proposer | None = None
+        self._asked: dict[ProcessId, tuple[float, int]] = {}
+        """The voters of our proposal not answered yet in its current phase:
+        when the phase's message (``Prepare``, then ``Accept``) was last
+        sent to each, and how many times it was sent again (at most
+        :data:`MAX_PHASE_RESENDS`): :meth:`_resend_phase`."""
         self._change_at = math.inf
         self._proposal_full = False
         self._want_since: float | None = None
@@ -158,11 +168,54 @@ class ViewChange:
 
     def stop(self) -> None:
         self._proposer = None
+        self._asked = {}
 
     def timer(self) -> float:
         if self._proposer is None:
             return self._retry_at if self._retry_at > -math.inf else math.inf
-        return self._change_at
+        t = self._change_at
+        for m, (at, _) in self._asked.items():
+            t = min(t, at + self._phase_period(m))
+        return t
+
+    def _phase_period(self, dest: ProcessId) -> float:
+        """How long after its last send a proposal's message to a voter that
+        has not answered is sent again: the measured retransmission timeout
+        towards it (``Shared.trips``), not doubled: a phase lives at most
+        half the proposal's lifetime, and a copy sent while the link is down
+        costs one small message (at most :data:`MAX_PHASE_RESENDS` each)."""
+        s = self._s
+        return max(s.trips.rto(dest), s.settings.token_hold)
+
+    def _resend_phase(self, proposer: Proposer, now: float) -> None:
+        """Send the current phase's message again to the voters that have not
+        answered it within their retransmission timeout: under loss, a
+        prepare or a promise lost on a broken link would otherwise leave the
+        voter out of the decided core (a light change keeps only the core
+        members that answered), and the next change, to bring it back,
+        fences the ring again. Idempotent at the acceptor (the same ballot
+        gets the same answer)."""
+        asked = self._asked
+        if proposer.value is None:
+            answered: frozenset[ProcessId] | set[ProcessId] = frozenset(proposer.promises)
+            message: Message = Prepare(
+                instance=proposer.instance, ballot=proposer.ballot, full=self._proposal_full
+            )
+        else:
+            answered = proposer.accepts
+            message = Accept(
+                instance=proposer.instance, ballot=proposer.ballot, value=proposer.value
+            )
+        for m in [m for m in asked if m in answered]:
+            del asked[m]
+        for m, (at, tries) in list(asked.items()):
+            if now < at + self._phase_period(m):
+                continue
+            if tries >= MAX_PHASE_RESENDS:
+                del asked[m]  # given up on: the proposal's lifetime decides
+                continue
+            asked[m] = (now, tries + 1)
+            self._out.send(m, message)
 
     def _life(self) -> float:
         """How long a proposal of this process lives now (backed off)."""
@@ -174,6 +227,7 @@ class ViewChange:
         share of the next lifetime drawn from the member and the round (so
         that members that both take themselves for the coordinator part)."""
         self._proposer = None
+        self._asked = {}
         self._failed += 1
         draw = (self._s.pid * 0x9E3779B1 + self._round * 0x85EBCA77) % 1024 / 1024
         self._retry_at = now + self._life() * draw
@@ -203,6 +257,8 @@ class ViewChange:
         if proposer is not None:
             if proposer.value is None:
                 self._maybe_phase2(now)
+            if self._proposer is proposer:
+                self._resend_phase(proposer, now)
             life = self._life()
             half = proposer.started + life / 2
             if now < half:
@@ -245,6 +301,7 @@ class ViewChange:
         self._proposal_full = full
         s.counts.proposals += 1
         prepare = Prepare(instance=s.ring.instance, ballot=ballot, full=full)
+        self._asked = {m: (now, 0) for m in members if m != s.pid}
         for m in members:
             self._to(m, prepare, now)
 
@@ -296,6 +353,7 @@ class ViewChange:
 
         value = proposer.choose(build)
         accept = Accept(instance=proposer.instance, ballot=proposer.ballot, value=value)
+        self._asked = {m: (now, 0) for m in proposer.voters if m != s.pid}
         for m in sorted(proposer.voters):
             self._to(m, accept, now)
 
@@ -306,6 +364,7 @@ class ViewChange:
         value = proposer.value
         assert value is not None
         self._proposer = None
+        self._asked = {}
         s = self._s
         decided = Decided(config=value)
         for m in sorted(set(s.ring.members) | set(value.members)):
@@ -459,6 +518,7 @@ class ViewChange:
         self._tokens.restart(config.state, now)
         self._acceptor = Acceptor(config.instance)
         self._proposer = None
+        self._asked = {}
         self._want_since = None
         self._failed = 0
         self._retry_at = -math.inf
@@ -495,6 +555,7 @@ class ViewChange:
         self._out.track(())
         self._acceptor = Acceptor(-1)
         self._proposer = None
+        self._asked = {}
         self._want_since = None
         self._joins.restart(config, now)
 
