@@ -2,8 +2,8 @@
 
 Sequencing atoms (seed 003) promise *pairwise* total order, not one global
 order: two processes that both deliver ``m`` and ``m'`` deliver them in the
-same relative order. :func:`epto._check.check` looks for cycles in the union
-of every process's before-edges, which is stronger: with single overlaps
+same relative order. :func:`epto.check.check` looks for cycles in the union of
+every process's before-edges, which is stronger: with single overlaps
 ``Ga = {x, y}``, ``Gb = {y, z}``, ``Gc = {z, x}`` the cycle a < b (at y),
 b < c (at z), c < a (at x) is allowed, as no process sees two of the three.
 
@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import attrs
 
-from ._check import IntegrityViolation
+from ._delivery_check import IntegrityViolation
 from ._event import EventId, ProcessId
 
 SAMPLE_LIMIT = 100

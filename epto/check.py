@@ -26,11 +26,11 @@ ones included) is linearizable, key by key, with Wing and Gong's search as
 improved by Lowe ("Testing for linearizability", G. Lowe).
 """
 
-from ._check import CheckReport as CheckReport
-from ._check import IntegrityViolation as IntegrityViolation
-from ._check import OrderViolation as OrderViolation
-from ._check import check as check
-from ._check import find_cycles as find_cycles
+from ._delivery_check import CheckReport as CheckReport
+from ._delivery_check import IntegrityViolation as IntegrityViolation
+from ._delivery_check import OrderViolation as OrderViolation
+from ._delivery_check import check as check
+from ._delivery_check import find_cycles as find_cycles
 from ._linearizability import HistoryOp as HistoryOp
 from ._linearizability import LinearizabilityVerdict as LinearizabilityVerdict
 from ._linearizability import check_linearizable as check_linearizable

@@ -331,7 +331,7 @@ class ReplicatedNode:
 
     @property
     def node(self) -> Any:
-        """The node (``TrioNode`` or ``TokenRingNode``) under this replica."""
+        """The node (``UdpNode`` or ``TokenRingNode``) under this replica."""
         return self._node
 
     async def wait_ready(self, timeout: float | None = None) -> None:

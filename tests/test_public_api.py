@@ -323,7 +323,7 @@ NODE_MODULES: dict[str, frozenset[str]] = {
     # The driver modules hold their node's code, so their namespace shows what
     # they import too; their __all__ (what ``import *`` gives) is pinned.
     "epto.transports.memory": frozenset({"MemoryHub", "MemoryNode"}),
-    "epto.transports.trio_udp": frozenset({"TrioNode"}),
+    "epto.transports.trio_udp": frozenset({"UdpNode"}),
     "epto.transports.trio_atoms": frozenset({"AtomsNode"}),
     "epto.services.zmq_rsm": frozenset({"CommandTimeoutError", "ZmqReplica"}),
     "epto.services.trio_rsm": frozenset(

@@ -6,7 +6,7 @@ that importing this package needs neither trio nor pyzmq:
 
 * :class:`epto.transports.memory.MemoryNode` and ``MemoryHub``: in one trio
   event loop, real time;
-* :class:`epto.transports.trio_udp.TrioNode`: EpTO on UDP datagrams with trio;
+* :class:`epto.transports.trio_udp.UdpNode`: EpTO on UDP datagrams with trio;
 * :class:`epto.transports.zmq_node.ZmqNode`: EpTO on ZeroMQ, synchronous and thread-safe;
 * :class:`epto.transports.trio_tcp.TokenRingNode`: the token ring on TCP with trio
   (``TcpNode`` there runs any stream endpoint);

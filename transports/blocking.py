@@ -42,7 +42,7 @@ from epto.endpoint import NodeConfig
 from ._lifecycle import SyncNodeLifecycle
 from .trio_node import GroupStatistics, open_node
 from .trio_tcp import TokenRingNode
-from .trio_udp import TrioNode
+from .trio_udp import UdpNode
 
 __all__ = ["BlockingNode"]
 
@@ -68,7 +68,7 @@ class BlockingNode(SyncNodeLifecycle):
         """Why the node stopped, raised by :meth:`get` after the deliveries queued."""
         self._started = threading.Event()
         self._thread: threading.Thread | None = None
-        self._node: TrioNode | TokenRingNode | None = None
+        self._node: UdpNode | TokenRingNode | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         # Trio side, touched only in the trio thread:
         self._stop: trio.Event | None = None
@@ -156,7 +156,7 @@ class BlockingNode(SyncNodeLifecycle):
                 self._cond.wait(left)
 
     def statistics(self) -> GroupStatistics:
-        """The node's statistics (``TrioNode``'s or ``TokenRingNode``'s); once
+        """The node's statistics (``UdpNode``'s or ``TokenRingNode``'s); once
         it stopped, those it had when it stopped."""
         node = self._require_node()
         with self._cond:
@@ -179,14 +179,14 @@ class BlockingNode(SyncNodeLifecycle):
         return self.config.pid
 
     @property
-    def node(self) -> TrioNode | TokenRingNode:
+    def node(self) -> UdpNode | TokenRingNode:
         """The trio node; call its methods through :meth:`run_sync` (from its
         own thread only)."""
         return self._require_node()
 
     # -- the trio thread ------------------------------------------------------
 
-    def _require_node(self) -> TrioNode | TokenRingNode:
+    def _require_node(self) -> UdpNode | TokenRingNode:
         node = self._node
         if node is None:
             raise LocalProtocolError("the node is not started; use 'with node:' or start()")
@@ -195,7 +195,7 @@ class BlockingNode(SyncNodeLifecycle):
     def run_sync(self, fn: Callable[..., T], *args: object) -> T:
         """``fn(*args)`` run in the node's thread, between two of its steps;
         its result. For what the node offers beyond this class (its engine
-        handle: ``TrioNode.engine.add_member``, ``TokenRingNode.engine.set_address``)::
+        handle: ``UdpNode.engine.add_member``, ``TokenRingNode.engine.set_address``)::
 
             node.run_sync(lambda: node.node.engine.add_member(4, "127.0.0.1:9004"))
 
@@ -276,7 +276,7 @@ class BlockingNode(SyncNodeLifecycle):
                 self._cond.notify_all()
             self._started.set()
 
-    async def _drain(self, node: TrioNode | TokenRingNode) -> None:
+    async def _drain(self, node: UdpNode | TokenRingNode) -> None:
         cond = self._cond
         try:
             async for delivery in node:
@@ -288,7 +288,7 @@ class BlockingNode(SyncNodeLifecycle):
                 if self._error is None:
                     self._error = exc
 
-    async def _consume(self, node: TrioNode | TokenRingNode) -> None:
+    async def _consume(self, node: UdpNode | TokenRingNode) -> None:
         """Move deliveries from the node to the application's queue, at most
         ``delivery_buffer`` waiting there."""
         cond, deliveries, capacity = self._cond, self._deliveries, self._capacity

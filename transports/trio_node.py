@@ -3,12 +3,12 @@
 ::
 
     config = NodeConfig(pid=1, bind="127.0.0.1:9001", members=members, mode="auto")
-    async with open_node(config) as node:  # TrioNode or TokenRingNode
+    async with open_node(config) as node:  # UdpNode or TokenRingNode
         node.broadcast(b"hello")
         async for delivery in node:  # epto.Delivery, in the group's total order
             print(delivery.event.payload)
 
-``mode="epto"`` runs :class:`~epto.transports.trio_udp.TrioNode` (EpTO over
+``mode="epto"`` runs :class:`~epto.transports.trio_udp.UdpNode` (EpTO over
 UDP datagrams). ``mode="token-ring"`` runs
 :class:`~epto.transports.trio_tcp.TokenRingNode` (the token ring over TCP
 streams, which gives it the reliable FIFO links it assumes). ``mode="auto"``
@@ -29,7 +29,7 @@ from epto import Delivery, EventId, ProcessId
 from epto.endpoint import NodeConfig
 
 from .trio_tcp import MemberExcludedError, TokenRingNode
-from .trio_udp import TrioNode
+from .trio_udp import UdpNode
 
 __all__ = [
     "GroupNode",
@@ -82,11 +82,11 @@ class GroupNode(Protocol):
 
 if TYPE_CHECKING:
 
-    def _both_are_group_nodes(node: TrioNode | TokenRingNode) -> GroupNode:
+    def _both_are_group_nodes(node: UdpNode | TokenRingNode) -> GroupNode:
         return node  # checked by mypy: both classes have the protocol's surface
 
 
-def open_node(config: NodeConfig) -> TrioNode | TokenRingNode:
+def open_node(config: NodeConfig) -> UdpNode | TokenRingNode:
     """The node ``config`` asks for, not started yet: enter it with ``async with``.
 
     Both kinds have ``broadcast(payload) -> EventId``, async iteration of
@@ -107,4 +107,4 @@ def open_node(config: NodeConfig) -> TrioNode | TokenRingNode:
     """
     if config.resolved_mode() == "token-ring":
         return TokenRingNode(config)
-    return TrioNode(config)
+    return UdpNode(config)

@@ -9,7 +9,7 @@ sends every ball from it; balls larger than ``limits.max_frame_size`` are split 
 
     config = NodeConfig(pid=1, bind="127.0.0.1:9001",
                         members={1: "127.0.0.1:9001", 2: "127.0.0.1:9002"})
-    async with TrioNode(config) as node:
+    async with UdpNode(config) as node:
         node.broadcast(b"hello")
         async for delivery in node:
             print(delivery.event.payload)
@@ -26,13 +26,13 @@ from epto.endpoint import Address, NodeConfig, Transmit, parse_host_port
 
 from ._trio.epto_node import TrioEptoNode
 
-__all__ = ["TrioNode"]
+__all__ = ["UdpNode"]
 
 _RECV_SIZE = 65_536
 _DRAIN_BATCH = 1024
 
 
-class TrioNode(TrioEptoNode):
+class UdpNode(TrioEptoNode):
     """One EpTO node on a UDP socket; an async context manager.
 
     ``node.address`` is the ``"host:port"`` actually bound (useful with port 0).

@@ -11,10 +11,10 @@ node, and every message of one epoch is delivered before any of the next.
 See docs/atoms.md.
 """
 
-from ._check import check_graph as check_graph
 from ._config import AtomsConfig as AtomsConfig
 from ._config import zipf_memberships as zipf_memberships
 from ._graph import SequencingGraph as SequencingGraph
+from ._graph_check import check_graph as check_graph
 from ._model import Atom as Atom
 from ._model import GraphChange as GraphChange
 from ._placement import Latencies as Latencies

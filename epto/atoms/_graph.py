@@ -84,8 +84,8 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from ._check import check_graph
 from ._forest import Forest, acyclic, join_segments, replace_atom, trim
+from ._graph_check import check_graph
 from ._model import Atom, GraphChange
 from ._placement import Latencies, LatencyInput, lay_out
 

@@ -80,11 +80,11 @@ async def _run(inbox: Connection, outbox: Connection, spec: WorkerSpec) -> None:
     import trio
 
     from epto.transports import NodeConfig
-    from epto.transports.trio_udp import TrioNode
+    from epto.transports.trio_udp import UdpNode
 
     cpu_start = time.process_time()
     total = spec.total
-    nodes: dict[int, TrioNode] = {}
+    nodes: dict[int, UdpNode] = {}
     sequences: dict[int, list[EventId]] = {pid: [] for pid in spec.pids}
     delivered_at: dict[int, list[float]] = {pid: [] for pid in spec.pids}
     complete = trio.Event()
@@ -98,7 +98,7 @@ async def _run(inbox: Connection, outbox: Connection, spec: WorkerSpec) -> None:
         sequence = sequences[pid]
         times = delivered_at[pid]
         clock: Callable[[], float] = time.time
-        async with TrioNode(config) as node:
+        async with UdpNode(config) as node:
             nodes[pid] = node
             task_status.started()
             async for delivery in node:

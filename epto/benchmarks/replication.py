@@ -256,7 +256,7 @@ def _epto_trio(
 ) -> dict[str, Any]:
     import trio
 
-    from epto.transports.trio_udp import TrioNode
+    from epto.transports.trio_udp import UdpNode
 
     config = _epto_config(index, ports, args)
     total = 3 * args.commands
@@ -266,7 +266,7 @@ def _epto_trio(
     result: dict[str, Any] = {}
 
     async def main() -> None:
-        async with TrioNode(config) as node:
+        async with UdpNode(config) as node:
             await trio.to_thread.run_sync(barrier.wait)
             t0 = result["t0"] = time.time()
             cpu0 = time.process_time()

@@ -8,7 +8,7 @@ the format byte by byte and what survives a crash.
 
 from ._broadcasts import read_broadcasts as read_broadcasts
 from ._broadcasts import write_broadcasts as write_broadcasts
-from ._check import check_logs as check_logs
+from ._log_check import check_logs as check_logs
 from ._observer import SimulationLogger as SimulationLogger
 from ._reader import LogExtent as LogExtent
 from ._reader import LogGapError as LogGapError

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .._check import OrderViolation
+from .._delivery_check import OrderViolation
 from .._event import EventId
 
 HISTOGRAM_BINS = 50

@@ -21,10 +21,10 @@ import os
 import time
 from typing import Any
 
-from .._check import find_cycles
+from .._delivery_check import find_cycles
 from ..log import list_nodes, node_directory
 from ..log._broadcasts import MANIFEST
-from ..log._check import data_loss
+from ..log._log_check import data_loss
 from ..log._summary import (
     EXAMPLES,
     HISTOGRAM_BINS,

@@ -21,7 +21,7 @@ from epto.transports._ports import free_ports
 from epto.transports.memory import MemoryHub, MemoryNode
 from epto.transports.trio_node import open_node
 from epto.transports.trio_tcp import TokenRingNode
-from epto.transports.trio_udp import TrioNode
+from epto.transports.trio_udp import UdpNode
 from epto.transports.zmq_node import ZmqNode
 
 import epto
@@ -70,10 +70,10 @@ async def test_udp_group_survives_an_outsider_datagram_with_the_top_timestamp() 
     with trio.fail_after(2 * WAIT):
         async with AsyncExitStack() as stack:
             nursery = await stack.enter_async_context(trio.open_nursery())
-            nodes: dict[int, TrioNode] = {}
+            nodes: dict[int, UdpNode] = {}
             for pid, address in members.items():
                 config = NodeConfig(pid=pid, bind=address, members=members, epto=PROTOCOL, seed=pid)
-                nodes[pid] = await stack.enter_async_context(TrioNode(config))
+                nodes[pid] = await stack.enter_async_context(UdpNode(config))
                 nursery.start_soon(_collect, nodes[pid], got[pid])
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as outsider:
                 outsider.sendto(datagram, ("127.0.0.1", ports[0]))
@@ -114,7 +114,7 @@ async def test_udp_frame_captured_on_its_way_to_2_is_refused_by_3() -> None:
     spy = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)  # member 2's address
     await spy.bind(("127.0.0.1", ports[1]))
     with spy, trio.fail_after(2 * WAIT):
-        async with TrioNode(_sealed(1, members)) as one, TrioNode(_sealed(3, members)) as three:
+        async with UdpNode(_sealed(1, members)) as one, UdpNode(_sealed(3, members)) as three:
             one.broadcast(b"for everyone")
             captured, _ = await spy.recvfrom(65536)  # sealed, on its way to member 2
             await spy.sendto(captured, ("127.0.0.1", ports[2]))
@@ -247,7 +247,7 @@ async def test_signed_udp_nodes_refuse_an_unsigned_member() -> None:
                     config = NodeConfig(
                         pid=3, bind=members[3], members=members, epto=PROTOCOL, seed=3
                     )
-                nodes[pid] = await stack.enter_async_context(TrioNode(config))
+                nodes[pid] = await stack.enter_async_context(UdpNode(config))
                 nursery.start_soon(_collect, nodes[pid], got[pid])
             signed = {nodes[1].broadcast(b"one"), nodes[2].broadcast(b"two")}
             unsigned = nodes[3].broadcast(b"three")

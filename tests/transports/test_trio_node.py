@@ -17,7 +17,7 @@ from epto.transports import NodeConfig
 from epto.transports._ports import free_ports
 from epto.transports.trio_node import open_node
 from epto.transports.trio_tcp import TcpNodeConfig, TokenRingNode
-from epto.transports.trio_udp import TrioNode
+from epto.transports.trio_udp import UdpNode
 
 from epto import ConfigurationError, CyclonConfig, GroupKey, Limits
 from epto._incarnation import first_seq
@@ -64,8 +64,8 @@ def test_configurations_the_engines_cannot_run_are_refused() -> None:
     with pytest.raises(ConfigurationError, match="not both"):
         NodeConfig(pid=4, mode="token-ring", members=MEMBERS, contacts={1: MEMBERS[1]})
     ring = NodeConfig(pid=1, members=MEMBERS, mode="token-ring")
-    with pytest.raises(ConfigurationError, match=r"TrioNode runs EpTO.*open_node"):
-        TrioNode(ring)
+    with pytest.raises(ConfigurationError, match=r"UdpNode runs EpTO.*open_node"):
+        UdpNode(ring)
     zmq_node = pytest.importorskip("epto.transports.zmq_node")
     with pytest.raises(ConfigurationError, match="ZmqNode runs EpTO"):
         zmq_node.ZmqNode(NodeConfig(pid=1, members=MEMBERS, mode="auto"))
@@ -77,7 +77,7 @@ def test_configurations_the_engines_cannot_run_are_refused() -> None:
 
 def test_open_node_picks_the_engine_and_maps_the_configuration() -> None:
     epto_node = open_node(NodeConfig(pid=1, members=MEMBERS))
-    assert isinstance(epto_node, TrioNode) and epto_node.mode == "epto"
+    assert isinstance(epto_node, UdpNode) and epto_node.mode == "epto"
     config = NodeConfig(
         pid=1, bind=MEMBERS[1], members=MEMBERS, mode="auto", tokenring=RING, group=5, seed=3
     )
@@ -183,7 +183,7 @@ async def test_abort_inside_the_block_does_not_cancel_the_block() -> None:
     address = f"127.0.0.1:{port}"
     reached = False
     with trio.fail_after(5):
-        async with TrioNode(NodeConfig(pid=1, bind=address, members={1: address})) as node:
+        async with UdpNode(NodeConfig(pid=1, bind=address, members={1: address})) as node:
             node.abort()
             await trio.sleep(0.01)
             assert [d async for d in node] == []

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from epto.transports.trio_udp import TrioNode
+from epto.transports.trio_udp import UdpNode
 
 from epto.endpoint import parse_host_port
 
@@ -24,7 +24,7 @@ class TrioUdpTransport(Transport):
                 for data in datagrams:
                     sock.sendto(data, parse_host_port(node.address))
 
-        return trio_group(TrioNode, garbage)
+        return trio_group(UdpNode, garbage)
 
 
 @pytest.mark.trio

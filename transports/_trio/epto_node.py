@@ -25,7 +25,7 @@ from .loop import TrioDriver
 
 
 class TrioEptoNode(TrioDriver):
-    """The shared body of :class:`~.trio_udp.TrioNode` and :class:`~.memory.MemoryNode`."""
+    """The shared body of :class:`~.trio_udp.UdpNode` and :class:`~.memory.MemoryNode`."""
 
     mode = "epto"
 

@@ -1,4 +1,5 @@
-"""The implementation of :mod:`epto.check`; see there."""
+"""Integrity, total order and agreement of delivery sequences: the checker
+behind :func:`epto.check.check` (see :mod:`epto.check`)."""
 
 from __future__ import annotations
 

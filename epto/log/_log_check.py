@@ -9,7 +9,7 @@ import os
 from collections import Counter
 from typing import Any
 
-from .._check import check
+from .._delivery_check import check
 from .._event import EventId
 from ._broadcasts import read_broadcasts
 from ._reader import LogGapError, extent_loss, iter_raw, list_nodes, node_directory
