@@ -40,6 +40,7 @@ from epto import Delivery, EventId, LocalProtocolError, ProcessId
 from epto.endpoint import NodeConfig
 
 from ._lifecycle import SyncNodeLifecycle
+from .trio_atoms import AtomsNode
 from .trio_node import GroupStatistics, open_node
 from .trio_tcp import TokenRingNode
 from .trio_udp import UdpNode
@@ -68,7 +69,7 @@ class BlockingNode(SyncNodeLifecycle):
         """Why the node stopped, raised by :meth:`get` after the deliveries queued."""
         self._started = threading.Event()
         self._thread: threading.Thread | None = None
-        self._node: UdpNode | TokenRingNode | None = None
+        self._node: UdpNode | TokenRingNode | AtomsNode | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         # Trio side, touched only in the trio thread:
         self._stop: trio.Event | None = None
@@ -156,8 +157,8 @@ class BlockingNode(SyncNodeLifecycle):
                 self._cond.wait(left)
 
     def statistics(self) -> GroupStatistics:
-        """The node's statistics (``UdpNode``'s or ``TokenRingNode``'s); once
-        it stopped, those it had when it stopped."""
+        """The node's statistics (``UdpNode``'s, ``TokenRingNode``'s or
+        ``AtomsNode``'s); once it stopped, those it had when it stopped."""
         node = self._require_node()
         with self._cond:
             if self._state == "closed" and self._last_statistics is not None:
@@ -179,14 +180,14 @@ class BlockingNode(SyncNodeLifecycle):
         return self.config.pid
 
     @property
-    def node(self) -> UdpNode | TokenRingNode:
+    def node(self) -> UdpNode | TokenRingNode | AtomsNode:
         """The trio node; call its methods through :meth:`run_sync` (from its
         own thread only)."""
         return self._require_node()
 
     # -- the trio thread ------------------------------------------------------
 
-    def _require_node(self) -> UdpNode | TokenRingNode:
+    def _require_node(self) -> UdpNode | TokenRingNode | AtomsNode:
         node = self._node
         if node is None:
             raise LocalProtocolError("the node is not started; use 'with node:' or start()")
@@ -276,7 +277,7 @@ class BlockingNode(SyncNodeLifecycle):
                 self._cond.notify_all()
             self._started.set()
 
-    async def _drain(self, node: UdpNode | TokenRingNode) -> None:
+    async def _drain(self, node: UdpNode | TokenRingNode | AtomsNode) -> None:
         cond = self._cond
         try:
             async for delivery in node:
@@ -288,7 +289,7 @@ class BlockingNode(SyncNodeLifecycle):
                 if self._error is None:
                     self._error = exc
 
-    async def _consume(self, node: UdpNode | TokenRingNode) -> None:
+    async def _consume(self, node: UdpNode | TokenRingNode | AtomsNode) -> None:
         """Move deliveries from the node to the application's queue, at most
         ``delivery_buffer`` waiting there."""
         cond, deliveries, capacity = self._cond, self._deliveries, self._capacity

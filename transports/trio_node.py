@@ -3,7 +3,7 @@
 ::
 
     config = NodeConfig(pid=1, bind="127.0.0.1:9001", members=members, mode="auto")
-    async with open_node(config) as node:  # UdpNode or TokenRingNode
+    async with open_node(config) as node:  # UdpNode, TokenRingNode or AtomsNode
         node.broadcast(b"hello")
         async for delivery in node:  # epto.Delivery, in the group's total order
             print(delivery.event.payload)
@@ -12,7 +12,10 @@
 UDP datagrams). ``mode="token-ring"`` runs
 :class:`~epto.transports.trio_tcp.TokenRingNode` (the token ring over TCP
 streams, which gives it the reliable FIFO links it assumes). ``mode="auto"``
-picks by group size (:meth:`NodeConfig.resolved_mode`).
+picks by group size (:meth:`NodeConfig.resolved_mode`). ``mode="atoms"``
+runs :class:`~epto.transports.trio_atoms.AtomsNode` (sequencing atoms over
+TCP, for many overlapping groups: its order is pairwise, not total; see
+docs/atoms.md).
 
 Addresses: in token-ring mode every ``"host:port"`` of the configuration
 (``bind``, ``members``, ``contacts``, ``advertise``) is a **TCP** address, the
@@ -28,6 +31,7 @@ from typing import TYPE_CHECKING, Protocol, Self
 from epto import Delivery, EventId, ProcessId
 from epto.endpoint import NodeConfig
 
+from .trio_atoms import AtomsNode
 from .trio_tcp import MemberExcludedError, TokenRingNode
 from .trio_udp import UdpNode
 
@@ -40,7 +44,7 @@ __all__ = [
 
 
 class GroupStatistics(Protocol):
-    """The counters both engines' statistics have."""
+    """The counters every engine's node statistics have."""
 
     @property
     def broadcasts(self) -> int: ...
@@ -59,7 +63,7 @@ class GroupStatistics(Protocol):
 
 
 class GroupNode(Protocol):
-    """What both engines' trio nodes offer (an async context manager)."""
+    """What every engine's trio node offers (an async context manager)."""
 
     mode: str
     address: str
@@ -82,19 +86,21 @@ class GroupNode(Protocol):
 
 if TYPE_CHECKING:
 
-    def _both_are_group_nodes(node: UdpNode | TokenRingNode) -> GroupNode:
-        return node  # checked by mypy: both classes have the protocol's surface
+    def _all_are_group_nodes(node: UdpNode | TokenRingNode | AtomsNode) -> GroupNode:
+        return node  # checked by mypy: every node class has the protocol's surface
 
 
-def open_node(config: NodeConfig) -> UdpNode | TokenRingNode:
+def open_node(config: NodeConfig) -> UdpNode | TokenRingNode | AtomsNode:
     """The node ``config`` asks for, not started yet: enter it with ``async with``.
 
-    Both kinds have ``broadcast(payload) -> EventId``, async iteration of
+    Every kind has ``broadcast(payload) -> EventId``, async iteration of
     :class:`epto.Delivery`, ``statistics()`` (``broadcasts``, ``delivered``,
-    ``rejected``, ``delivery_queue``, ``deliveries_dropped`` in both, plus each
+    ``rejected``, ``delivery_queue``, ``deliveries_dropped`` in all, plus each
     engine's own counters), ``pid``, ``address``, ``mode``, ``aclose()`` and
-    ``abort()``. Raises :class:`epto.ConfigurationError` for a configuration the
-    engine cannot run (the token ring with a Cyclon sampler).
+    ``abort()`` (:class:`GroupNode`); engine-specific operations are on
+    ``node.engine`` where the engine has them. Raises
+    :class:`epto.ConfigurationError` for a configuration the engine cannot
+    run (the token ring with a Cyclon sampler).
 
     In token-ring mode the node is ``TokenRingNode(config)``: ``bind``,
     ``members``, ``contacts`` and ``advertise`` are TCP addresses, ``limits``
@@ -104,7 +110,15 @@ def open_node(config: NodeConfig) -> UdpNode | TokenRingNode:
     transport's other settings derive from the configuration. EpTO's
     parameters (``epto``, ``round_interval``, ``clock``, ``tagged_delivery``,
     ``group_size``) do not apply.
+
+    In atoms mode the node is ``AtomsNode(config)`` (``config.atoms`` holds
+    the sequencing graph; ``members`` are TCP addresses): ``broadcast``
+    publishes to a group of this node's, and ``node.engine.publish(group,
+    payload)`` to a chosen one.
     """
-    if config.resolved_mode() == "token-ring":
+    mode = config.resolved_mode()
+    if mode == "token-ring":
         return TokenRingNode(config)
+    if mode == "atoms":
+        return AtomsNode(config)
     return UdpNode(config)

@@ -402,12 +402,13 @@ async def _run_trio(
     from epto import SupersededError
     from epto.transports.trio_node import open_node
     from epto.transports.trio_tcp import MemberExcludedError, TokenRingNode
+    from epto.transports.trio_udp import UdpNode
 
     stdin_done = trio.Event()
     excluded = False
     deadline = trio.current_time() + (args.duration if args.duration is not None else math.inf)
     async with open_node(config) as node, trio.open_nursery() as nursery:
-        if args.log_dir and not isinstance(node, TokenRingNode):
+        if args.log_dir and isinstance(node, UdpNode):
             # A restart on its own log: the order resumes after what the
             # member delivered before (docs/node.md, *Restart*).
             node.engine.resume_after(_logged_ts(args))
