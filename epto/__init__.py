@@ -1,7 +1,10 @@
 """epto: total-order broadcast for groups of processes.
 
-This module holds what an application uses: the engines' configuration,
-events and deliveries, errors, and the keys and signatures it configures. The
+This module holds what an application uses: a node's configuration
+(:class:`NodeConfig`) and the engines', events and deliveries, errors, the
+keys and signatures it configures, and the state-machine layer's
+:class:`StateMachine` and :func:`replicated`. Opening a node is the
+drivers' (``epto.transports.open_node``): the core never imports them. The
 engines themselves are packages: EpTO (its process, node and peer samplers) in
 :mod:`epto.epidemic`, the token ring in :mod:`epto.tokenring`, sequencing
 atoms in :mod:`epto.atoms`. The wire format (frames, codec, sealing, the
@@ -10,8 +13,9 @@ modules: :mod:`epto.params`, :mod:`epto.keys`, :mod:`epto.check`,
 :mod:`epto.stability`, :mod:`epto.log`, :mod:`epto.spark`, :mod:`epto.transports`.
 Modules whose names start with an underscore are private.
 
-The token ring, sealing and signing names load on first use (``_LAZY``
-below), so that ``import epto`` stays cheap (docs/benchmarks.md#import-time).
+The node configuration, state-machine, token ring, sealing and signing names
+load on first use (``_LAZY`` below), so that ``import epto`` stays cheap
+(docs/benchmarks.md#import-time).
 """
 
 # The engines' configuration
@@ -45,6 +49,13 @@ import importlib as _importlib
 import typing as _typing
 
 if _typing.TYPE_CHECKING:
+    # A node's configuration, whichever engine (opening one: epto.transports.open_node)
+    from .endpoint import NodeConfig as NodeConfig
+
+    # The state-machine layer (the rest of it: epto.rsm)
+    from .rsm import StateMachine as StateMachine
+    from .rsm import replicated as replicated
+
     # Group encryption and event signatures (the crypto extra, when used); files: epto.keys
     # Token-ring mode's configuration (the engine: epto.tokenring)
     from .tokenring import TokenRingConfig as TokenRingConfig
@@ -54,9 +65,13 @@ if _typing.TYPE_CHECKING:
     from .wire._signing import VerifierStatistics as VerifierStatistics
 
 # Names loaded on first use (PEP 562), so that ``import epto`` does not load
-# the token ring (half of its import time) or the sealing and signing code
-# an application may not use. The name maps to the module that defines it.
+# the token ring (half of its import time), the endpoints, the state-machine
+# layer or the sealing and signing code an application may not use. The
+# name maps to the module that defines it.
 _LAZY: dict[str, str] = {
+    "NodeConfig": ".endpoint",
+    "StateMachine": ".rsm",
+    "replicated": ".rsm",
     "GroupKey": ".wire._seal",
     "EventSigner": ".wire._signing",
     "SignatureVerifier": ".wire._signing",
@@ -100,13 +115,16 @@ __all__ = [
     "Limits",
     "LocalProtocolError",
     "MemberRunningError",
+    "NodeConfig",
     "OrderingKind",
     "Parameters",
     "ProcessId",
     "RemoteProtocolError",
     "SignatureVerifier",
+    "StateMachine",
     "SupersededError",
     "TokenRingConfig",
     "VerifierStatistics",
     "derive_parameters",
+    "replicated",
 ]

@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from epto.transports import NodeConfig
+from epto.transports import NodeConfig, open_node
 from epto.transports._ports import free_ports
-from epto.transports.trio_node import open_node
 
 import epto.spark
 from epto.tokenring import TokenRingConfig

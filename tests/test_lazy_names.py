@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-LAZY_PACKAGES = ["epto", "epto.wire"]
+LAZY_PACKAGES = ["epto", "epto.wire", "epto.transports"]
 
 
 def _type_checking_imports(package: ModuleType) -> dict[str, str]:

@@ -37,6 +37,10 @@ EXPORTS: dict[str, frozenset[str]] = {
             "EptoError",
             "LocalProtocolError",
             "MemberRunningError",
+            # a node's configuration and the state-machine layer
+            "NodeConfig",
+            "StateMachine",
+            "replicated",
             "RemoteProtocolError",
             "SupersededError",
             # group key and signatures
@@ -256,7 +260,14 @@ EXPORTS: dict[str, frozenset[str]] = {
         }
     ),
     "epto.transports": frozenset(
-        {"DeliveryOverflowError", "Mode", "NodeConfig", "OverflowPolicy", "TransportStatistics"}
+        {
+            "DeliveryOverflowError",
+            "Mode",
+            "NodeConfig",
+            "OverflowPolicy",
+            "TransportStatistics",
+            "open_node",
+        }
     ),
     "epto.transports.simulation": frozenset(
         {

@@ -17,7 +17,9 @@ that importing this package needs neither trio nor pyzmq:
 
 Every node takes a :class:`NodeConfig` (the TCP nodes the transport's settings
 beside it, derived from it by default); ``NodeConfig.mode`` chooses the ordering engine, and
-on trio :func:`epto.transports.trio_node.open_node` opens the node it asks for.
+on trio :func:`open_node` (``epto.transports.open_node``, from
+:mod:`epto.transports.trio_node`, loaded on first use) opens the node it
+asks for.
 """
 
 from epto.endpoint import Mode as Mode
@@ -27,10 +29,36 @@ from epto.endpoint import OverflowPolicy as OverflowPolicy
 from ._loop import DeliveryOverflowError as DeliveryOverflowError
 from ._statistics import TransportStatistics as TransportStatistics
 
+# isort: split
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from .trio_node import open_node as open_node
+
+# ``open_node`` loads its module (and trio) on first use (PEP 562), so that
+# importing this package still needs neither trio nor pyzmq.
+_LAZY: dict[str, str] = {"open_node": ".trio_node"}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
 __all__ = [
     "DeliveryOverflowError",
     "Mode",
     "NodeConfig",
     "OverflowPolicy",
     "TransportStatistics",
+    "open_node",
 ]
