@@ -97,6 +97,7 @@ def test_hostile_input_on_a_stream_is_refused_counted_and_the_run_delivers(
         (1, "not bytes"),  # an object where a frame belongs
         (2, b"\xff" * (cluster.limits.max_frame_size + 1)),  # too large: ends the stream
         (77, b"\x01" * 100),  # an outsider's stream: its first frame does not pass
+        (78, b"\x01" * 5000),  # an outsider's first frame above the first-frame limit
     ]
     for src, data in hostile:
         cluster.inject(src, 0, data)
@@ -111,12 +112,32 @@ def test_hostile_input_on_a_stream_is_refused_counted_and_the_run_delivers(
     }
     # The outsider's stream was closed, as the TCP driver closes it; the
     # member's stream that the oversized frame ended was opened again.
-    assert dict(target.streams_closed) == {"handshake-rejected": 1}
+    assert dict(target.streams_closed) == {"handshake-rejected": 1, "first-frame-too-large": 1}
     assert cluster.quiescent()
     _one_total_order(cluster)
     for proc in _wired(cluster):
         if proc is not target:
             assert proc.rejected() == {}
+
+
+def test_wire_ring_streams_broken_by_a_partition_open_again() -> None:
+    cluster = _ring(wire=True, key=KEY)
+    cluster.run_until(40.0)
+    sides = cluster.split([[0, 1], [2, 3, 4]])  # cut writes close their streams
+    cluster.run_until(70.0)
+    cluster.heal(sides)
+    cluster.disconnect(4)  # every stream of 4 breaks
+    cluster.run_until(90.0)
+    cluster.reconnect(4)
+    cluster.run_until(3000.0)
+    assert cluster.network_statistics().cut > 0
+    assert cluster.quiescent()
+    for proc in _wired(cluster):
+        # Every new stream opened with its opening frames and passed.
+        assert proc.rejected() == {}
+        assert not proc.streams_closed
+    assert cluster.staying_members() == list(range(N))
+    _one_total_order(cluster)
 
 
 def _record_frames(monkeypatch: pytest.MonkeyPatch) -> list[tuple[ProcessId, ProcessId, bytes]]:
