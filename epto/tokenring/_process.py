@@ -363,6 +363,8 @@ class TokenRingProcess:
             self._out.arrived(sender, message)
         if isinstance(message, TokenAck):
             self._token_acked(sender, message, now)
+        else:
+            self._tokens.heard_from(sender, now)
         try:
             handler(sender, message, now)
             self._data.deliver(now)

@@ -72,5 +72,10 @@ class PeerRoundTrips:
         trips = self._peers.get(peer)
         return self._initial if trips is None else trips.rto()
 
+    def srtt(self, peer: ProcessId) -> float | None:
+        """The smoothed round trip to ``peer``; None before its first sample."""
+        trips = self._peers.get(peer)
+        return None if trips is None else trips.srtt
+
     def __len__(self) -> int:
         return len(self._peers)

@@ -31,7 +31,10 @@ Rules:
 * A token passed (``passed``) is sent again to the same member until it is
   acknowledged or a later hop is known here: after the measured
   retransmission timeout (``Shared.trips``), doubled at each resend, at most
-  ``max(fetch_timeout, suspect_timeout / 2)``.
+  ``max(fetch_timeout, suspect_timeout / 2)``; or at once when another
+  message comes from that member ``1.25 x srtt`` or more after the last
+  send (:meth:`TokenPath.heard_from`: the link works now, and the copy was
+  lost).
 * A fenced process (it promised in a view change, ``fenced_since``) takes no
   part in the token: it drops what it holds and ignores tokens and notices
   until a decision is installed.
@@ -198,6 +201,28 @@ class TokenPath:
             self._out.send(passed[0], Token(state=passed[1]))
             self._passed = (passed[0], passed[1], now, passed[3] + 1)
             self._s.counts.token_resends += 1
+
+    def heard_from(self, sender: ProcessId, now: float) -> None:
+        """A message other than a token acknowledgement came from ``sender``.
+
+        A break takes both directions of a link down, so the link was up
+        when it was sent. If the token passed to ``sender`` is still not
+        acknowledged ``1.25 x srtt`` of that link after its last send (its
+        acknowledgement, sent on arrival, would have come first: links are
+        FIFO), that copy was lost: send it again now, while the link is
+        known to work, rather than at the resend timer, which knows nothing
+        of the link and often sends onto a link still down (or breaks it
+        under the copy in flight). No sample yet: the timer alone."""
+        passed = self._passed
+        if passed is None or passed[0] != sender:
+            return
+        s = self._s
+        srtt = s.trips.srtt(sender)
+        if srtt is None or now - passed[2] < max(s.settings.token_hold, 1.25 * srtt):
+            return
+        self._out.send(sender, Token(state=passed[1]))
+        self._passed = (sender, passed[1], now, passed[3] + 1)
+        s.counts.token_resends += 1
 
     # -- receiving ------------------------------------------------------------
 
