@@ -45,8 +45,9 @@ from ._errors import RemoteProtocolError as RemoteProtocolError
 from ._errors import SupersededError as SupersededError
 
 # isort: split
-import importlib as _importlib
 import typing as _typing
+
+from ._lazy import lazy_names as _lazy_names
 
 if _typing.TYPE_CHECKING:
     # A node's configuration, whichever engine (opening one: epto.transports.open_node)
@@ -83,19 +84,7 @@ _LAZY: dict[str, str] = {
 _LAZY_SUBMODULES = frozenset({"tokenring"})
 
 
-def __getattr__(name: str) -> object:
-    if name in _LAZY:
-        value: object = getattr(_importlib.import_module(_LAZY[name], __name__), name)
-    elif name in _LAZY_SUBMODULES:
-        value = _importlib.import_module(f".{name}", __name__)
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = _lazy_names(__name__, _LAZY, _LAZY_SUBMODULES)
 
 
 __version__ = "0.1.0.dev0"

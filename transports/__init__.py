@@ -30,8 +30,9 @@ from ._loop import DeliveryOverflowError as DeliveryOverflowError
 from ._statistics import TransportStatistics as TransportStatistics
 
 # isort: split
-import importlib as _importlib
 import typing as _typing
+
+from epto._lazy import lazy_names as _lazy_names
 
 if _typing.TYPE_CHECKING:
     from .trio_node import open_node as open_node
@@ -41,18 +42,7 @@ if _typing.TYPE_CHECKING:
 _LAZY: dict[str, str] = {"open_node": ".trio_node"}
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
-
+__getattr__, __dir__ = _lazy_names(__name__, _LAZY)
 
 __all__ = [
     "DeliveryOverflowError",

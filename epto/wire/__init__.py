@@ -7,8 +7,9 @@ a driver that moves their messages over a network encodes them with a
 key) and decodes what arrives with the same codec. See docs/wire-format.md.
 """
 
-import importlib as _importlib
 import typing as _typing
+
+from .._lazy import lazy_names as _lazy_names
 
 if _typing.TYPE_CHECKING:
     from .._event import Ball as Ball
@@ -68,18 +69,7 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
-
+__getattr__, __dir__ = _lazy_names(__name__, _LAZY)
 
 __all__ = [
     "HEADER_SIZE",
