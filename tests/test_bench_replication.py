@@ -1,9 +1,12 @@
 """``epto bench replication``'s parent process: a worker that does not answer
-in time is reported as that system's failure, and the run goes on."""
+in time is reported as that system's failure, and the run goes on; EpTO's
+losses are reported; ``--stall`` stops a worker and continues it."""
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 import time
 
 import pytest
@@ -31,3 +34,28 @@ def test_a_worker_that_misses_the_deadline_is_a_failed_row_not_an_exception(
     assert "no result within 0.01 s" in row["error"], row
     # The late workers were stopped, not waited for (a join of 10 s each).
     assert time.monotonic() - started < 20
+
+
+def test_the_loss_notes_say_where_epto_lost_copies_and_nothing_when_none_were() -> None:
+    none = {"sent": 10, "received": 10, "late": 0, "holes": 0, "send_failures": 0}
+    assert replication._loss_notes(none) == []
+    lost = {"sent": 10, "received": 7, "late": 5, "holes": 2, "send_failures": 1}
+    assert replication._loss_notes(lost) == [
+        "3 of 10 datagrams dropped by the kernel",
+        "1 send failures",
+        "5 copies refused as late",
+        "2 holes",
+    ]
+
+
+def test_a_stalled_worker_is_continued_after_its_stall() -> None:
+    # The worker's side of --stall: the process stops itself; the parent's
+    # side continues it once it has been stopped for the stall's length.
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGSTOP); print('continued')"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        replication._resume_stalled(proc.pid, 0.05, time.monotonic() + 30)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert out.strip() == "continued"

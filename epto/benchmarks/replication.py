@@ -17,7 +17,14 @@ applies every command it delivers to a counter and records when. Figures:
 
 The EpTO and token-ring runs also check the three delivery sequences with
 ``epto.check``; the token-ring notes count view changes, fetches and the
-frames the TCP driver dropped during the measurement (and before it, if any).
+frames the TCP driver dropped during the measurement (and before it, if any);
+the EpTO-over-UDP notes say where copies were lost, when any were: datagrams
+the kernel dropped (sent minus received, summed over the three), send
+failures, copies refused because the order had passed them, and holes.
+Every worker keeps serving (relaying, acknowledging) until all three have
+applied everything, as a replica in service does. ``--stall`` stops the
+first worker's process for a while mid-run, as a loaded machine deschedules
+a replica.
 Needs the ``trio`` and ``zmq`` extras and PySyncObj (``pip install pysyncobj``).
 
 Size: one benchmark harness for four systems (about 500 lines): the worker
@@ -30,7 +37,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import multiprocessing as mp
+import os
 import queue as queue_module
+import signal
 import socket
 import threading
 import time
@@ -40,6 +49,8 @@ from typing import Any
 SYSTEMS = ("epto-trio", "epto-zmq", "token-ring", "pysyncobj")
 _BURST = 64
 """Most commands a trio submitter submits before yielding to its node."""
+_STALL_AT = 0.25
+"""Seconds after the start at which ``--stall`` stops the first worker."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -89,6 +100,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "PySyncObj's followers start an election after raftMinTimeout, 0.4 s, or more)",
     )
     p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset")
+    p.add_argument(
+        "--stall",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="stop the first worker's process (SIGSTOP) for SECONDS, "
+        f"{_STALL_AT:g} s after the start: a replica descheduled by a loaded machine",
+    )
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument(
         "--profile",
@@ -237,6 +256,7 @@ def _epto_zmq(
 
         threading.Thread(target=drain, daemon=True).start()
         barrier.wait()
+        _stall_later(args, index)
         t0 = time.time()
         cpu0 = time.process_time()
         submits = {}
@@ -248,6 +268,7 @@ def _epto_zmq(
         _thread_submit(submit, args, t0, tick)
         done.wait(args.timeout)
         cpu = time.process_time() - cpu0
+        _wait_for_all(barrier, args.timeout)
         return {"t0": t0, "submits": submits, "applied": applied, "order": order, "cpu": cpu}
 
 
@@ -268,6 +289,7 @@ def _epto_trio(
     async def main() -> None:
         async with UdpNode(config) as node:
             await trio.to_thread.run_sync(barrier.wait)
+            _stall_later(args, index)
             t0 = result["t0"] = time.time()
             cpu0 = time.process_time()
 
@@ -282,7 +304,11 @@ def _epto_trio(
                         if len(order) == total:
                             break
                 result["cpu"] = time.process_time() - cpu0
+                # Keep gossiping until every worker has applied everything: a
+                # member that stops relaying early takes copies from the others.
+                await trio.to_thread.run_sync(_wait_for_all, barrier, args.timeout)
                 nursery.cancel_scope.cancel()
+            result["losses"] = _udp_losses(node.statistics())
 
     trio.run(main)
     return {
@@ -291,6 +317,56 @@ def _epto_trio(
         "applied": applied,
         "order": order,
         "cpu": result.get("cpu", 0.0),
+        "losses": result.get("losses", {}),
+    }
+
+
+def _stall_later(args: argparse.Namespace, index: int) -> None:
+    """With ``--stall``, the first worker stops its own process
+    ``_STALL_AT`` seconds from now; the parent (:func:`_resume_stalled`)
+    continues it ``--stall`` seconds later."""
+    if args.stall > 0 and index == 0:
+        timer = threading.Timer(_STALL_AT, os.kill, (os.getpid(), signal.SIGSTOP))
+        timer.daemon = True
+        timer.start()
+
+
+def _resume_stalled(pid: int, seconds: float, deadline: float) -> None:
+    """Continue process ``pid`` ``seconds`` after it stopped itself (polls
+    its state in ``/proc``; gives up at ``deadline``, a ``time.monotonic()``)."""
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            return  # gone
+        if state == b"T":
+            time.sleep(seconds)
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGCONT)
+            return
+        time.sleep(0.001)
+
+
+def _wait_for_all(barrier: Any, timeout: float) -> None:
+    """Wait until every worker has applied everything (or ``timeout``; a
+    broken barrier means another worker failed or gave up)."""
+    with contextlib.suppress(Exception):
+        barrier.wait(timeout)
+
+
+def _udp_losses(stats: Any) -> dict[str, int]:
+    """Where an EpTO node over UDP lost copies: the datagrams it sent and
+    received (the parent sums them: on loopback the difference was dropped by
+    the kernel, a receive buffer full while its process was not running), the
+    copies it refused because the order had passed them, the holes it knows
+    of, and the frames its driver could not send."""
+    return {
+        "sent": stats.datagrams_sent,
+        "received": stats.datagrams_received,
+        "late": stats.late_rejected,
+        "holes": stats.holes_detected,
+        "send_failures": stats.send_failures,
     }
 
 
@@ -318,17 +394,13 @@ def _token_ring(
     submits: dict[tuple[int, int], float] = {}
     result: dict[str, Any] = {}
 
-    def wait_barrier() -> None:
-        # A broken barrier: another worker failed or timed out.
-        with contextlib.suppress(Exception):
-            barrier.wait(args.timeout)
-
     async def main() -> None:
         async with TokenRingNode(config) as node:
             # Like PySyncObj's wait for a leader: start once the ring is formed
             # (all three members in the token list, a token accepted there).
             await _ring_formed(node, len(members), min(30.0, args.timeout))
             await trio.to_thread.run_sync(barrier.wait)
+            _stall_later(args, index)
             t0 = result["t0"] = time.time()
             cpu0 = time.process_time()
             before = node.process.statistics()
@@ -347,7 +419,7 @@ def _token_ring(
                 result["cpu"] = time.process_time() - cpu0
                 # The others may still wait for this member's acknowledgements:
                 # keep serving until every worker has applied everything.
-                await trio.to_thread.run_sync(wait_barrier)
+                await trio.to_thread.run_sync(_wait_for_all, barrier, args.timeout)
                 nursery.cancel_scope.cancel()
             # View changes and fetches during the measured part.
             s = node.process.statistics()
@@ -448,6 +520,7 @@ def _pysyncobj(
     while obj.getStatus()["leader"] is None and time.time() < deadline:
         time.sleep(0.01)
     barrier.wait()
+    _stall_later(args, index)
     t0 = time.time()
     cpu0 = time.process_time()
     submits = {}
@@ -470,7 +543,7 @@ def _pysyncobj(
     _thread_submit(submit, args, t0, tick)
     done.wait(args.timeout)
     cpu = time.process_time() - cpu0
-    time.sleep(0.2)
+    _wait_for_all(barrier, args.timeout)
     obj.destroy()
     return {
         "t0": t0,
@@ -567,6 +640,12 @@ def _measure(system: str, args: argparse.Namespace) -> dict[str, Any]:
     ]
     for proc in procs:
         proc.start()
+    if args.stall > 0:
+        threading.Thread(
+            target=_resume_stalled,
+            args=(procs[0].pid, args.stall, time.monotonic() + args.timeout + _RESULT_GRACE),
+            daemon=True,
+        ).start()
     late = True
     try:
         results = collect_results(queue, 3, args.timeout + _RESULT_GRACE)
@@ -614,12 +693,33 @@ def _measure(system: str, args: argparse.Namespace) -> dict[str, Any]:
 
         report = check({i: r["order"] for i, r in results.items()})
         out["check"] = "ok" if report.ok else report.summary().replace("\n", "; ")
+    if system == "epto-trio":
+        losses = [r.get("losses", {}) for r in results.values()]
+        out["losses"] = {k: sum(x.get(k, 0) for x in losses) for k in _LOSS_KEYS}
     if system == "token-ring":
         out["changes"] = max(r["changes"] for r in results.values())
         out["fetches"] = sum(r["fetches"] for r in results.values())
         out["dropped"] = sum(r["dropped"] for r in results.values())
         out["dropped_before"] = sum(r["dropped_before"] for r in results.values())
     return out
+
+
+_LOSS_KEYS = ("sent", "received", "late", "holes", "send_failures")
+
+
+def _loss_notes(losses: dict[str, int]) -> list[str]:
+    """EpTO over UDP: where copies were lost, when any were (see :func:`_udp_losses`)."""
+    notes = []
+    dropped = losses["sent"] - losses["received"]
+    if dropped > 0:
+        notes.append(f"{dropped} of {losses['sent']} datagrams dropped by the kernel")
+    if losses["send_failures"]:
+        notes.append(f"{losses['send_failures']} send failures")
+    if losses["late"]:
+        notes.append(f"{losses['late']} copies refused as late")
+    if losses["holes"]:
+        notes.append(f"{losses['holes']} holes")
+    return notes
 
 
 def run(args: argparse.Namespace) -> int:
@@ -660,6 +760,8 @@ def run(args: argparse.Namespace) -> int:
             status = 1
         if "check" in r:
             notes.append(f"order {r['check']}")
+        if "losses" in r:
+            notes.extend(_loss_notes(r["losses"]))
         if r.get("changes"):
             notes.append(f"{r['changes']} view changes")
         if "fetches" in r:
