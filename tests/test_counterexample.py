@@ -98,11 +98,13 @@ def test_the_two_events_are_concurrent() -> None:
         def on_delivery(self, pid: int, delivery: Delivery, now: float) -> None:
             seen[delivery.event.id] = delivery.event.ts
 
+    # Links slower than the gap between the two rounds: neither ball reaches
+    # the other source before its own round stamps its event.
     config = Config(fanout=2, ttl=2, round_interval=100.0)
-    sim = Simulation(config, latency=ConstantLatency(5))
+    sim = Simulation(config, latency=ConstantLatency(50))
     sim.add_observer(Timestamps())
-    for pid in (P1, P2, P3):
-        sim.add_process(pid)
+    for pid, phase in ((P1, 10.0), (P2, 20.0), (P3, 30.0)):
+        sim.add_process(pid, phase=phase)
     sim.broadcast(P1, b"e11")
     sim.broadcast(P2, b"e21")
     sim.run_until(1_000)

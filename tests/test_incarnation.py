@@ -81,8 +81,10 @@ def test_resume_after_delivers_only_the_order_past_the_earlier_start() -> None:
         proc.handle_timer(float(r))
     delivered = [d.event.payload for d in proc.deliveries()]
     assert delivered == [b"new"]
-    # Its own events come after what it delivered.
+    # Its own events come after what it delivered (stamped by the round
+    # that sends them).
     eid = proc.broadcast(b"mine", 10.0)
+    proc.handle_timer(proc.get_timer())
     assert proc.held_event(eid) is not None
     assert proc.held_event(eid).ts > 9  # type: ignore[union-attr]
 

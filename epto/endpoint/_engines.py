@@ -176,7 +176,12 @@ class EptoAdapter(_Adapter[Node | Process]):
         """A ball is being filled, an event received is not delivered yet,
         or a broadcast is held back by the clock guard."""
         sizes = self.process.memory_sizes()
-        return bool(sizes.get("next_ball") or sizes.get("received") or sizes.get("waiting"))
+        return bool(
+            sizes.get("next_ball")
+            or sizes.get("received")
+            or sizes.get("waiting")
+            or sizes.get("unstamped")
+        )
 
     def flushed(self) -> bool:
         """This process's last event has been relayed TTL rounds: leaving

@@ -157,6 +157,9 @@ class Process:
         # would exceed stamp_limit; stamped in order at later rounds.
         self._waiting: deque[tuple[int, bytes, float]] = deque()
         self._waited = 0
+        # Own broadcasts since the last round (seq, payload, when): stamped
+        # by the next round, which sends them.
+        self._unstamped: list[tuple[int, bytes, float]] = []
         self._wait_warned = False
         self._rejected: dict[str, int] = {}
         self._next_seq = first_seq(incarnation)
@@ -201,17 +204,17 @@ class Process:
             self._held.append((seq, bytes(payload)))
             self._broadcasts += 1
             return (self.pid, seq)
+        # Stamped by the round that first sends it (_stamp_broadcasts), not
+        # now: a process that stalls between the two (descheduled, a long
+        # turn) would send a timestamp that aged while it stood still, and the
+        # others may have delivered past it by the time it arrives.
+        if self._next_ts(now) + len(self._unstamped) > U64_MAX:
+            # Only a clock (or ``now``) the caller drove there gets here: what
+            # peers claim is bounded by ts_ceiling. Nothing has changed.
+            raise LocalProtocolError("the timestamp of this broadcast would not fit in 64 bits")
         seq = self._next_seq
-        if self._global_clock and (self._waiting or self._next_ts(now) > self.stamp_limit(now)):
-            # Stamped now, it could exceed what a peer whose clock lags by
-            # max_clock_skew accepts: it waits for the clock (_release_waiting).
-            self._next_seq = seq + 1
-            self._waiting.append((seq, bytes(payload), now))
-            self._waited += 1
-            self._broadcasts += 1
-            return (self.pid, seq)
-        self._stamp(seq, payload, now)
         self._next_seq = seq + 1
+        self._unstamped.append((seq, bytes(payload), now))
         self._broadcasts += 1
         return (self.pid, seq)
 
@@ -235,6 +238,21 @@ class Process:
         if not self._global_clock:
             return U64_MAX
         return math.floor(now * self._resolution) + self._skew_ticks - 1
+
+    def _stamp_broadcasts(self, now: float) -> None:
+        """Stamp the broadcasts made since the last round, in order, as this
+        round sends them: their timestamps are those of the moment they start
+        to spread. With the global clock, one that would exceed
+        :meth:`stamp_limit` (and every one after it) waits for the clock
+        (:meth:`_release_waiting`)."""
+        new, self._unstamped = self._unstamped, []
+        waiting = self._waiting
+        for item in new:
+            if self._global_clock and (waiting or self._next_ts(now) > self.stamp_limit(now)):
+                waiting.append(item)
+                self._waited += 1
+            else:
+                self._stamp(item[0], item[1], now)
 
     def _release_waiting(self, now: float) -> None:
         """Stamp waiting broadcasts, in order, while the clock allows."""
@@ -476,6 +494,7 @@ class Process:
             "outbox": len(self._outbox),
             "deliveries": len(self._deliveries),
             "waiting": len(self._waiting),
+            "unstamped": len(self._unstamped),
         }
         sizes.update(self._ordering.memory_sizes())
         return sizes
@@ -510,7 +529,7 @@ class Process:
         """How many events nextBall holds, computed without merging in place:
         :meth:`statistics` and :meth:`memory_sizes` change nothing, so that
         calling them never alters what the process later sends."""
-        return len(merge_balls(self._sources(), self._relay_ttl))
+        return len(merge_balls(self._sources(), self._relay_ttl)) + len(self._unstamped)
 
     def _sources(self) -> list[LayeredBall]:
         """Every pending copy as balls: received balls, loose copies, own events."""
@@ -533,6 +552,8 @@ class Process:
             self._release_held(now)
         if self._waiting:
             self._release_waiting(now)
+        if self._unstamped:
+            self._stamp_broadcasts(now)
         # nextBall: every pending copy merged, larger ttl kept.
         # Every copy aged by one: the merged layers move up one ttl, unchanged.
         ball = merge_balls(self._sources(), self._relay_ttl, 1)
