@@ -27,6 +27,12 @@ broadcasting events the others refuse. A :class:`LayeredBall` (what processes ha
 one Python process) is taken in constant time when its largest timestamp and
 its ttls are in bounds, and entry by entry otherwise.
 
+A broadcast is stamped by the round that sends it (not when it is made):
+its timestamp is that of the moment it starts to spread, so a process that
+stalls in between delays the event instead of sending a timestamp the
+others may have delivered past (docs/epto.md, *Timestamps: when a broadcast
+is stamped*).
+
 With the global clock a process never stamps its own event above
 :meth:`Process.stamp_limit` (one tick below the cap): every peer whose clock
 is at most ``max_clock_skew`` behind accepts it. A broadcast that would be
@@ -193,7 +199,7 @@ class Process:
     # -- inputs -------------------------------------------------------------
 
     def broadcast(self, payload: bytes, now: float) -> EventId:
-        """EpTO-broadcast ``payload``; it is sent with the next round's ball."""
+        """EpTO-broadcast ``payload``; the next round stamps it and sends it in its ball."""
         if not isinstance(payload, bytes | bytearray | memoryview):
             raise LocalProtocolError(f"payload must be bytes, got {type(payload).__name__}")
         if self._held is not None:
