@@ -462,7 +462,9 @@ class WallCap(Exception):
 # collector callback, a ``__del__``) has its WallCap reported to
 # ``sys.unraisablehook`` and lost: so the alarm fires again shortly after,
 # until one lands in the schedule's own code, and the lost ones are dropped.
-_REARM = 0.05
+# Often: with a gc callback installed (hypothesis installs one), a schedule
+# that allocates much runs a good share of its time inside it.
+_REARM = 0.005
 
 
 def _alarm(signum: int, frame: FrameType | None) -> None:

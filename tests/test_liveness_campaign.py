@@ -119,7 +119,9 @@ def test_a_ring_without_a_majority_left_is_counted_apart(campaign: ModuleType) -
 
 
 def test_a_schedule_past_its_wall_cap_is_skipped_and_summed(campaign: ModuleType) -> None:
-    slow = campaign.run_one(("epto", 7, 0.001, _epto(n=20, until=3.0)))
+    # Long enough (seconds without the cap) that the alarm, fired again every
+    # few milliseconds, cannot be lost every time before the schedule ends.
+    slow = campaign.run_one(("epto", 7, 0.001, _epto(n=20, until=30.0)))
     assert slow["status"] == "skipped"
     fine = campaign.run_one(("epto", 7, 60.0, _epto()))
     rows = campaign.summarize([slow, fine])
