@@ -210,7 +210,7 @@ class Process:
             self._held.append((seq, bytes(payload)))
             self._broadcasts += 1
             return (self.pid, seq)
-        # Stamped by the round that first sends it (_stamp_broadcasts), not
+        # Stamped by the round that first sends it (_run_round), not
         # now: a process that stalls between the two (descheduled, a long
         # turn) would send a timestamp that aged while it stood still, and the
         # others may have delivered past it by the time it arrives.
@@ -244,21 +244,6 @@ class Process:
         if not self._global_clock:
             return U64_MAX
         return math.floor(now * self._resolution) + self._skew_ticks - 1
-
-    def _stamp_broadcasts(self, now: float) -> None:
-        """Stamp the broadcasts made since the last round, in order, as this
-        round sends them: their timestamps are those of the moment they start
-        to spread. With the global clock, one that would exceed
-        :meth:`stamp_limit` (and every one after it) waits for the clock
-        (:meth:`_release_waiting`)."""
-        new, self._unstamped = self._unstamped, []
-        waiting = self._waiting
-        for item in new:
-            if self._global_clock and (waiting or self._next_ts(now) > self.stamp_limit(now)):
-                waiting.append(item)
-                self._waited += 1
-            else:
-                self._stamp(item[0], item[1], now)
 
     def _release_waiting(self, now: float) -> None:
         """Stamp waiting broadcasts, in order, while the clock allows."""
@@ -556,10 +541,17 @@ class Process:
             self._clock = max(self._clock, min(self._behind, self.clock_cap(now)))
         if self._held is not None and (self._heard or self._rounds >= self._hold_until_round):
             self._release_held(now)
+        # The broadcasts made since the last round are stamped now, as this
+        # round sends them, after those the clock held back: in order, while
+        # the global clock's stamp_limit allows (the rest wait).
+        unstamped = self._unstamped
+        if unstamped:
+            self._unstamped = []
+            self._waiting.extend(unstamped)
         if self._waiting:
             self._release_waiting(now)
-        if self._unstamped:
-            self._stamp_broadcasts(now)
+            # This round's broadcasts still held back are the newest waiting.
+            self._waited += min(len(unstamped), len(self._waiting))
         # nextBall: every pending copy merged, larger ttl kept.
         # Every copy aged by one: the merged layers move up one ttl, unchanged.
         ball = merge_balls(self._sources(), self._relay_ttl, 1)
