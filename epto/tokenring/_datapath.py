@@ -38,7 +38,7 @@ from .._incarnation import first_seq
 from . import _sequencer as seqr
 from ._fetch import Fetcher
 from ._membership import Input, Role
-from ._messages import Catchup, Data, DataBatch
+from ._messages import Catchup, Data, DataBatch, Token
 from ._outbox import Outbox
 from ._shared import Shared
 from ._tokenpath import TokenPath
@@ -238,6 +238,23 @@ class DataPath:
 
     # -- catch-ups ------------------------------------------------------------
 
+    def take_payloads(self, events: tuple[Event, ...], now: float) -> None:
+        """Keep the authentic ``events`` not held yet (a catch-up's, or those a
+        token carries), as if they had arrived from their sources."""
+        s = self._s
+        book = s.book
+        optimistic = self._optimistic
+        for event in events:
+            if s.authentic(event) and book.add_event(event) and optimistic is not None:
+                optimistic.arrived(event, now)
+
+    def on_token(self, sender: ProcessId, msg: Token, now: float) -> None:
+        """A token: the payloads it carries first, so that it may be accepted
+        without fetching them."""
+        if msg.events and msg.forward_to is None:
+            self.take_payloads(msg.events, now)
+        self._tokens.on_token(sender, msg, now)
+
     def on_catchup(self, sender: ProcessId, msg: Catchup, now: float) -> None:
         s = self._s
         self._fetch.answered(sender, now)
@@ -253,10 +270,7 @@ class DataPath:
         ):
             self._leave(Input.TOO_FAR_BEHIND)
             return
-        optimistic = self._optimistic
-        for event in msg.events:
-            if s.authentic(event) and book.add_event(event) and optimistic is not None:
-                optimistic.arrived(event, now)
+        self.take_payloads(msg.events, now)
         try:
             for seq, event in msg.entries:
                 if not s.authentic(attrs.evolve(event, ts=0)):

@@ -50,6 +50,18 @@ def _data(out: fp.Out, m: Data, lim: Limits) -> None:
 
 def _token(out: fp.Out, m: Token, lim: Limits) -> None:
     fp.put_state(out, m.state, lim)
+    # Optional trailing fields: a token without them is the state alone, as before.
+    if m.events or m.forward_to is not None:
+        fp.put_events(out, m.events, lim)
+    if m.forward_to is not None:
+        out.u64(m.forward_to)
+
+
+def _get_token(r: Reader, lim: Limits) -> Token:
+    state = fp.get_state(r, lim)
+    events = fp.get_events(r, lim) if r.remaining else ()
+    forward_to = r.u64() if r.remaining else None
+    return Token(state=state, events=events, forward_to=forward_to)
 
 
 def _token_ack(out: fp.Out, m: TokenAck, _lim: Limits) -> None:
@@ -177,7 +189,7 @@ def _decided(out: fp.Out, m: Decided, lim: Limits) -> None:
 
 _KINDS: tuple[tuple[int, str, type[Any], Put, Get], ...] = (
     (16, "tr-data", Data, _data, lambda r, lim: Data(event=fp.get_event(r, lim))),
-    (17, "tr-token", Token, _token, lambda r, lim: Token(state=fp.get_state(r, lim))),
+    (17, "tr-token", Token, _token, _get_token),
     (
         18,
         "tr-token-ack",

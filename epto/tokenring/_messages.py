@@ -121,9 +121,17 @@ class DataBatch:
 
 @attrs.frozen(kw_only=True, slots=True)
 class Token:
-    """The token, passed from one core member to the next."""
+    """The token, passed from one core member to the next.
+
+    On a lossy network (docs/token-ring.md, *Losses*) it also carries the
+    payloads of its window (``events``: what its receiver might lack, so
+    that it need not fetch them before it accepts), and its holder sends
+    copies through other core members: a copy with ``forward_to`` set asks
+    its receiver to pass the token on to that member, once per hop."""
 
     state: TokenState
+    events: tuple[Event, ...] = ()
+    forward_to: ProcessId | None = None
 
 
 @attrs.frozen(kw_only=True, slots=True)

@@ -266,6 +266,8 @@ class Outbox:
         if msg.missing and self._unsent:
             self.flush()  # numbered before what is sent again
         answer, again = self._links.on_heartbeat(sender, msg, now)
+        if answer or again:
+            s.loss_seen = now
         if again:
             # Numbered from the first one kept, so that the receiver tells
             # duplicates from what it lacked.

@@ -211,7 +211,7 @@ class TokenRingProcess:
         self._handlers: dict[type, Callable[[ProcessId, Any, float], None]] = {
             Data: data.on_data,
             DataBatch: data.on_data_batch,
-            Token: tokens.on_token,
+            Token: data.on_token,
             TokenAck: tokens.on_token_ack,
             Order: tokens.on_order,
             Heartbeat: out.on_heartbeat,
@@ -564,7 +564,8 @@ class TokenRingProcess:
     def messages_to_send(self) -> list[tuple[ProcessId, Message]]:
         out = self._out.take()
         for dest, message in out:
-            if isinstance(message, Token):
+            # A copy sent through another member is no round trip to time.
+            if isinstance(message, Token) and message.forward_to is None:
                 self._token_sent(dest, message)
         return out
 

@@ -47,6 +47,7 @@ Rules:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from .._event import Event, ProcessId
@@ -70,6 +71,7 @@ class Shared:
         "fresh",
         "incarnation",
         "incarnations",
+        "loss_seen",
         "newer",
         "now",
         "pid",
@@ -112,6 +114,10 @@ class Shared:
         self.fd = FailureDetector()
         self.counts = Counters()
         self.rejected: dict[str, int] = {}
+        self.loss_seen = -math.inf
+        """When this member last saw a message lost (a gap on a link, a peer
+        reporting ours missing, a token sent again): the token's copies
+        (:mod:`._tokencopies`) go while that is recent."""
         self.trips = PeerRoundTrips(2 * cfg.fetch_timeout)
         """The round trips this member measures to each member (a token
         acknowledged, a fetch answered): the fast repairs towards a member

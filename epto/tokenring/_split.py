@@ -3,7 +3,9 @@
 too big for one frame is cut in halves, in order, so that receiving the
 parts one after the other is receiving the whole. Each part of a catch-up
 keeps ``stable`` and ``oldest``, each part of a notice its state (learning
-it twice is learning it once). The codec (``epto.wire.FrameCodec``) halves
+it twice is learning it once). A token too big with the payloads it carries
+goes as a catch-up of those payloads (``stable`` and ``oldest`` 0: it
+claims nothing) followed by the token without them. The codec (``epto.wire.FrameCodec``) halves
 again until every part fits, or raises when a part of one element still
 does not.
 """
@@ -14,7 +16,7 @@ import attrs
 
 from ..wire._frames import FrameRegistry
 from ._frames import token_ring_registry
-from ._messages import Catchup, DataBatch, Order
+from ._messages import Catchup, DataBatch, Order, Token
 
 
 def split_message(message: object) -> tuple[object, object] | None:
@@ -32,6 +34,10 @@ def split_message(message: object) -> tuple[object, object] | None:
             attrs.evolve(message, assigned=message.assigned[:half]),
             attrs.evolve(message, assigned=message.assigned[half:]),
         )
+    if isinstance(message, Token):
+        if not message.events:
+            return None
+        return Catchup(entries=(), events=message.events), attrs.evolve(message, events=())
     if isinstance(message, Catchup):
         n, m = len(message.entries), len(message.events)
         if n + m < 2:
@@ -48,7 +54,7 @@ def split_message(message: object) -> tuple[object, object] | None:
     return None
 
 
-_SPLITTABLE = (DataBatch, Order, Catchup)
+_SPLITTABLE = (DataBatch, Order, Catchup, Token)
 
 
 def splitting_registry() -> FrameRegistry:

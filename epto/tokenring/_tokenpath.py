@@ -61,9 +61,15 @@ from ._membership import Input, Role
 from ._messages import ConfigRequest, Order, Token, TokenAck, TokenState
 from ._outbox import Outbox
 from ._shared import Shared
+from ._tokencopies import TokenCopies
 
 if TYPE_CHECKING:
     from ._optimistic import OptimisticPath
+
+
+LOSSY_IDLE_DIVISOR = 8
+"""While a member saw losses lately, it keeps an idle token this many times
+shorter (:meth:`TokenPath.hold`)."""
 
 
 def batch_bytes(members: int) -> int:
@@ -80,6 +86,7 @@ class TokenPath:
 
     __slots__ = (
         "_accepted_hop",
+        "_copies",
         "_fetch",
         "_leave",
         "_optimistic",
@@ -106,6 +113,8 @@ class TokenPath:
         optimistic: OptimisticPath | None = None,
     ) -> None:
         self._s = shared
+        self._copies = TokenCopies(shared, out)
+        """Payloads carried and copies relayed while the network loses messages."""
         self._optimistic = optimistic
         """With optimistic delivery, the holder sequences in its optimistic order."""
         self._out = out
@@ -198,7 +207,8 @@ class TokenPath:
         if passed is not None and now >= passed[2] + self._resend_period(passed[0], passed[3]):
             # No acknowledgement: the link may have broken with the token in
             # flight. Send the same token again, to the same member.
-            self._out.send(passed[0], Token(state=passed[1]))
+            self._s.loss_seen = now
+            self._copies.send(passed[0], passed[1], now)
             self._passed = (passed[0], passed[1], now, passed[3] + 1)
             self._s.counts.token_resends += 1
 
@@ -220,7 +230,8 @@ class TokenPath:
         srtt = s.trips.srtt(sender)
         if srtt is None or now - passed[2] < max(s.settings.token_hold, 1.25 * srtt):
             return
-        self._out.send(sender, Token(state=passed[1]))
+        s.loss_seen = now
+        self._copies.send(sender, passed[1], now)
         self._passed = (sender, passed[1], now, passed[3] + 1)
         s.counts.token_resends += 1
 
@@ -229,6 +240,10 @@ class TokenPath:
     def on_token(self, sender: ProcessId, msg: Token, now: float) -> None:
         s = self._s
         state = msg.state
+        if msg.forward_to is not None:
+            # A copy for another member, sent round a link that may be down.
+            self._copies.forward(sender, msg, now)
+            return
         if state.instance > s.ring.instance:
             self._out.send(sender, ConfigRequest())
             return
@@ -320,9 +335,9 @@ class TokenPath:
         self._take(accepted, state.stable)
         self.token = accepted
         # With a full batch waiting, pass at once (see hurry_token).
-        self.pass_at = now if self.hurry(accepted, now) else now + self.hold(accepted)
+        self.pass_at = now if self.hurry(accepted, now) else now + self.hold(accepted, now)
 
-    def hold(self, token: TokenState) -> float:
+    def hold(self, token: TokenState, now: float) -> float:
         """How long the holder keeps ``token`` before passing it: ``token_hold``,
         or, while it is idle (nothing here to sequence and every message it
         sequenced may be delivered), up to ``token_timeout / (2 * core size)``:
@@ -330,12 +345,18 @@ class TokenPath:
         that arrives meanwhile makes it leave ``token_hold`` later
         (:meth:`hurry_token`). Each core member still sees the token at least
         every ``token_timeout / 2``, so its loss is still told from an idle
-        ring (:meth:`wants_change`)."""
+        ring (:meth:`wants_change`). While this member saw losses lately
+        (:mod:`._tokencopies`), an eighth of that: a broadcast lost on its
+        way here but held by the others is sequenced when the token reaches
+        one of them, which an idle token kept here would put off."""
         s = self._s
         cfg = s.settings
         if s.book.pool or token.stable < token.next_seq:
             return self.busy_hold(token)
-        return max(cfg.token_hold, cfg.token_timeout / (2 * len(s.ring.core)))
+        idle = cfg.token_timeout / (2 * len(s.ring.core))
+        if self._copies.lossy(now):
+            idle /= LOSSY_IDLE_DIVISOR
+        return max(cfg.token_hold, idle)
 
     def busy_hold(self, token: TokenState) -> float:
         """How long the holder keeps ``token`` with something to sequence:
@@ -491,5 +512,5 @@ class TokenPath:
             self.pass_at = now + (s.settings.token_hold if busy else s.settings.heartbeat_interval)
             return
         self.token = None
-        self._out.send(nxt, Token(state=new))
+        self._copies.send(nxt, new, now)
         self._passed = (nxt, new, now, 0)

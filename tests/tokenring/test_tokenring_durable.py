@@ -162,9 +162,11 @@ class _Trigger(DurableNet):
 
     def _collect(self, proc: TokenRingProcess) -> None:
         fire = self.armed and self.procs.get(proc.pid) is proc and proc.pid in self.down
-        before = len(self._queue)
+        # The queue is a heap: what this call adds is what carries a count
+        # above every one queued before it, wherever the heap put it.
+        before = max((m[1] for m in self._queue), default=-1)
         super()._collect(proc)
-        if fire and any(isinstance(m[4], self.kinds) for m in self._queue[before:]):
+        if fire and any(m[1] > before and isinstance(m[4], self.kinds) for m in self._queue):
             self.armed = False
             self.fired_at = self.now
             for p in self.down:
