@@ -426,6 +426,10 @@ def _token_ring(
             result["changes"] = s.light_changes + s.full_changes
             result["changes"] -= before.light_changes + before.full_changes
             result["fetches"] = s.fetches - before.fetches
+            # Tokens sent again, and copies sent through other members (a
+            # member that saw a loss lately: docs/token-ring.md, *Losses*).
+            result["token_resends"] = s.token_resends - before.token_resends
+            result["tokens_relayed"] = s.tokens_relayed - before.tokens_relayed
             # Frames the driver lost (to a broken stream or a full queue),
             # during the measured part and before it (the ring's start).
             node_after = node.statistics()
@@ -441,6 +445,8 @@ def _token_ring(
         "cpu": result.get("cpu", 0.0),
         "changes": result.get("changes", 0),
         "fetches": result.get("fetches", 0),
+        "token_resends": result.get("token_resends", 0),
+        "tokens_relayed": result.get("tokens_relayed", 0),
         "dropped": result.get("dropped", 0),
         "dropped_before": result.get("dropped_before", 0),
     }
@@ -699,6 +705,8 @@ def _measure(system: str, args: argparse.Namespace) -> dict[str, Any]:
     if system == "token-ring":
         out["changes"] = max(r["changes"] for r in results.values())
         out["fetches"] = sum(r["fetches"] for r in results.values())
+        out["token_resends"] = sum(r["token_resends"] for r in results.values())
+        out["tokens_relayed"] = sum(r["tokens_relayed"] for r in results.values())
         out["dropped"] = sum(r["dropped"] for r in results.values())
         out["dropped_before"] = sum(r["dropped_before"] for r in results.values())
     return out
@@ -768,6 +776,10 @@ def run(args: argparse.Namespace) -> int:
             # Always shown for the token ring: on reliable FIFO links a fetch
             # means a message was lost or late.
             notes.append(f"{r['fetches']} fetches")
+            if r.get("token_resends") or r.get("tokens_relayed"):
+                notes.append(
+                    f"{r['token_resends']} token resends, {r['tokens_relayed']} relayed copies"
+                )
             dropped = f"{r['dropped']} frames dropped"
             if r["dropped_before"]:
                 dropped += f" ({r['dropped_before']} before the start)"

@@ -115,9 +115,9 @@ class Shared:
         self.counts = Counters()
         self.rejected: dict[str, int] = {}
         self.loss_seen = -math.inf
-        """When this member last saw a message lost (a gap on a link, a peer
-        reporting ours missing, a token sent again): the token's copies
-        (:mod:`._tokencopies`) go while that is recent."""
+        """When this member last had proof of a lost message (a gap on a link
+        from a peer, a peer reporting ours missing: ``Outbox.on_heartbeat``):
+        the token's copies (:mod:`._tokencopies`) go while that is recent."""
         self.trips = PeerRoundTrips(2 * cfg.fetch_timeout)
         """The round trips this member measures to each member (a token
         acknowledged, a fetch answered): the fast repairs towards a member

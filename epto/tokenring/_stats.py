@@ -26,11 +26,14 @@ class Counters:
         "fetches",
         "full",
         "light",
+        "payloads_carried",
         "proposals",
         "received",
         "sent",
         "token_resends",
         "tokens",
+        "tokens_forwarded",
+        "tokens_relayed",
     )
 
     def __init__(self) -> None:
@@ -43,6 +46,9 @@ class Counters:
         self.sent = 0
         self.received = 0
         self.token_resends = 0
+        self.payloads_carried = 0
+        self.tokens_relayed = 0
+        self.tokens_forwarded = 0
 
 
 @attrs.frozen(kw_only=True, slots=True)
@@ -99,6 +105,13 @@ class TokenRingStatistics:
     token_resends: int = 0
     """Tokens sent again because their receiver did not acknowledge them
     within the retransmission timeout (docs/token-ring.md, *Losses*)."""
+    payloads_carried: int = 0
+    """Payloads carried by the tokens this process sent while it saw losses
+    (docs/token-ring.md, *Losses*, *the token on a lossy network*)."""
+    tokens_relayed: int = 0
+    """Copies of the token this process sent through other core members."""
+    tokens_forwarded: int = 0
+    """Copies of another holder's token this process passed on to their receiver."""
     exclusion: str | None = None
     """Why the process left the view for good (see ``TokenRingProcess.exclusion``)."""
     quorum: bool = False

@@ -27,10 +27,11 @@ saw a loss lately, so that a network that loses nothing pays nothing:
   round-trip samples stay those of the direct link.
 
 A copy is the token itself: the same state, accepted at most once per hop
-(``TokenPath``), so relaying adds no token. A copy's ``forward_to`` must
-name another core member of the same configuration; anything else is
-dropped and counted (``bad-relay``). What a relay remembers is one hop per
-core member.
+(``TokenPath``), so relaying adds no token. A copy whose ``forward_to``
+names the relay, its sender or no member is dropped and counted
+(``bad-relay``); one of another configuration, to a member outside the
+core, or received outside the core is dropped (views differ for a moment
+around a change). What a relay remembers is one hop per core member.
 """
 
 from __future__ import annotations
@@ -58,19 +59,13 @@ MAX_CARRIED = 1024
 class TokenCopies:
     """One process's copies of the token: carried payloads, relays, forwards."""
 
-    __slots__ = ("_forwarded", "_out", "_s", "carried", "forwarded", "relayed")
+    __slots__ = ("_forwarded", "_out", "_s")
 
     def __init__(self, shared: Shared, out: Outbox) -> None:
         self._s = shared
         self._out = out
         self._forwarded: dict[ProcessId, tuple[int, int, float]] = {}
         """Per receiver: the (instance, hop) last passed on to it, and when."""
-        self.carried = 0
-        """Payloads carried by tokens this process sent."""
-        self.relayed = 0
-        """Copies of the token this process sent through other core members."""
-        self.forwarded = 0
-        """Copies this process passed on for another holder."""
 
     def lossy(self, now: float) -> bool:
         s = self._s
@@ -82,12 +77,13 @@ class TokenCopies:
         if not self.lossy(now):
             self._out.send(dest, Token(state=state))
             return
+        counts = self._s.counts
         events = self._window(dest, state)
-        self.carried += len(events)
+        counts.payloads_carried += len(events)
         self._out.send(dest, Token(state=state, events=events))
         for via in self._relays(dest):
             self._out.send(via, Token(state=state, events=events, forward_to=dest))
-            self.relayed += 1
+            counts.tokens_relayed += 1
 
     def _window(self, dest: ProcessId, state: TokenState) -> tuple[Event, ...]:
         """The payloads of ``state``'s window held here, but ``dest``'s own,
@@ -117,15 +113,11 @@ class TokenCopies:
         s = self._s
         dest = msg.forward_to
         state = msg.state
-        if (
-            dest is None
-            or s.role is not Role.CORE
-            or dest not in s.ring.core
-            or dest in (s.pid, sender)
-            or state.instance != s.ring.instance
-        ):
-            s.reject("bad-relay")
+        if dest is None or dest in (s.pid, sender) or dest not in s.ring.members:
+            s.reject("bad-relay")  # no honest holder sends that
             return
+        if s.role is not Role.CORE or dest not in s.ring.core or state.instance != s.ring.instance:
+            return  # views that differ for a moment around a change
         last = self._forwarded.get(dest)
         key = (state.instance, state.hop)
         if last is not None and (
@@ -137,4 +129,4 @@ class TokenCopies:
             self._forwarded = {p: v for p, v in self._forwarded.items() if p in core}
         self._forwarded[dest] = (*key, now)
         self._out.send(dest, Token(state=state, events=msg.events))
-        self.forwarded += 1
+        s.counts.tokens_forwarded += 1

@@ -22,8 +22,9 @@ Rules:
   once when a full batch is waiting that this visit could sequence and the
   window has room for it or can drain (:meth:`TokenPath.hurry`). An idle
   token (nothing to sequence, everything sequenced deliverable) is kept up
-  to ``token_timeout / (2 * core size)``, and leaves the busy hold after a
-  message arrives (:meth:`TokenPath.hold`). Either way each core member
+  to ``token_timeout / (2 * core size)`` (an eighth of it while this member
+  saw losses lately), and leaves the busy hold after a message arrives
+  (:meth:`TokenPath.hold`). Either way each core member
   sees the token at least every ``token_timeout / 2`` (plus the links'
   delays), which tells its loss from a quiet ring. A visit
   sequences what the window allows: at most ``max_unstable_messages`` and
@@ -34,7 +35,10 @@ Rules:
   ``max(fetch_timeout, suspect_timeout / 2)``; or at once when another
   message comes from that member ``1.25 x srtt`` or more after the last
   send (:meth:`TokenPath.heard_from`: the link works now, and the copy was
-  lost).
+  lost). A token sent again counts as a loss (``Shared.loss_seen``) unless
+  both copies are acknowledged; while losses are recent, every token sent
+  carries its window's payloads and goes through other core members too
+  (:mod:`._tokencopies`).
 * A fenced process (it promised in a view change, ``fenced_since``) takes no
   part in the token: it drops what it holds and ignores tokens and notices
   until a decision is installed.
@@ -87,6 +91,7 @@ class TokenPath:
     __slots__ = (
         "_accepted_hop",
         "_copies",
+        "_doubt",
         "_fetch",
         "_leave",
         "_optimistic",
@@ -128,6 +133,10 @@ class TokenPath:
         sent, how many times sent again)."""
         self._accepted_hop = -1
         """Hop of the last token of the current configuration accepted here."""
+        self._doubt: tuple[ProcessId, int, int, float, float] | None = None
+        """The last resend taken as a loss (``Shared.loss_seen``): its
+        receiver, instance, hop, when, and ``loss_seen`` before it; undone
+        if both copies turn out to have arrived (:meth:`on_token_ack`)."""
         self.vouched = 0
         """Token states this process accepted or created (sequenced and
         passed on) since it started: each one is a state it vouches for
@@ -207,8 +216,7 @@ class TokenPath:
         if passed is not None and now >= passed[2] + self._resend_period(passed[0], passed[3]):
             # No acknowledgement: the link may have broken with the token in
             # flight. Send the same token again, to the same member.
-            self._s.loss_seen = now
-            self._copies.send(passed[0], passed[1], now)
+            self._resending(passed[0], passed[1], now)
             self._passed = (passed[0], passed[1], now, passed[3] + 1)
             self._s.counts.token_resends += 1
 
@@ -230,10 +238,17 @@ class TokenPath:
         srtt = s.trips.srtt(sender)
         if srtt is None or now - passed[2] < max(s.settings.token_hold, 1.25 * srtt):
             return
-        s.loss_seen = now
-        self._copies.send(sender, passed[1], now)
+        self._resending(sender, passed[1], now)
         self._passed = (sender, passed[1], now, passed[3] + 1)
         s.counts.token_resends += 1
+
+    def _resending(self, dest: ProcessId, state: TokenState, now: float) -> None:
+        """Send the token ``state`` to ``dest`` again, taking that as a loss
+        until both copies turn out to have arrived."""
+        s = self._s
+        self._doubt = (dest, state.instance, state.hop, now, s.loss_seen)
+        s.loss_seen = now
+        self._copies.send(dest, state, now)
 
     # -- receiving ------------------------------------------------------------
 
@@ -278,6 +293,17 @@ class TokenPath:
             and msg.hop >= passed[1].hop
         ):
             self._passed = None
+            return
+        doubt = self._doubt
+        if doubt is not None and doubt[:3] == (sender, msg.instance, msg.hop):
+            # A second acknowledgement of a token sent again: its receiver
+            # acknowledges every copy that arrives, so both did, and nothing
+            # was lost (as TCP tells a spurious retransmission by a duplicate
+            # acknowledgement). The copies are not worth sending for it.
+            self._doubt = None
+            s = self._s
+            if s.loss_seen == doubt[3]:
+                s.loss_seen = doubt[4]
 
     def on_order(self, sender: ProcessId, msg: Order, now: float) -> None:
         if msg.state.instance != self._s.ring.instance or self.fenced_since is not None:

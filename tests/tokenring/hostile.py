@@ -92,7 +92,14 @@ def hostile_message(rng: random.Random, members: tuple[int, ...]) -> Message:
     if kind == 1:
         return DataBatch(events=tuple(_event(rng, src) for _ in range(rng.randrange(1, 4))))
     if kind == 2:
-        return Token(state=_state(rng, members))
+        if rng.random() < 0.5:
+            return Token(state=_state(rng, members))
+        # A copy carrying payloads, often to be passed on to anyone at all.
+        return Token(
+            state=_state(rng, members),
+            events=tuple(_event(rng, rng.choice(members)) for _ in range(rng.randrange(3))),
+            forward_to=rng.choice([None, _n(rng), *members]),
+        )
     if kind == 3:
         return TokenAck(instance=_n(rng), hop=_n(rng))
     if kind == 4:

@@ -116,6 +116,12 @@ messages = st.one_of(
     st.builds(Data, event=events),
     st.builds(DataBatch, events=st.lists(events, max_size=4).map(tuple)),
     st.builds(Token, state=states),
+    st.builds(
+        Token,
+        state=states,
+        events=st.lists(events, max_size=3).map(tuple),
+        forward_to=st.none() | u64,
+    ),
     st.builds(TokenAck, instance=u64, hop=u64),
     st.builds(
         Order,
@@ -221,6 +227,8 @@ def _corpus() -> list[bytes]:
                 Data(event=event),
                 DataBatch(events=(event, attrs.evolve(event, seq=i + 1))),
                 Token(state=state),
+                Token(state=state, events=(event,)),
+                Token(state=state, events=(event,), forward_to=2),
                 Order(state=state, assigned=((1, (i, 0)), (2, (i, 1)), (3, (i, 2)), (4, (2, 9)))),
                 Catchup(entries=((1, event),), events=(event,), stable=2, oldest=0),
                 Promise(
