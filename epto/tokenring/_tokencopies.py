@@ -16,8 +16,9 @@ saw a loss lately, so that a network that loses nothing pays nothing:
   link, a peer reporting ours missing, a token sent again);
 * while lossy, a token passed (or sent again) carries the payloads of its
   window (positions ``low`` to ``next_seq``, the receiver's own left out,
-  at most :data:`MAX_CARRIED`): what the receiver must hold before it may
-  accept, so a broadcast lost on its way there costs no fetch;
+  at most :data:`MAX_CARRIED` and :data:`MAX_CARRIED_BYTES`): what the
+  receiver must hold before it may accept, so a broadcast lost on its way
+  there costs no fetch;
 * and the holder sends the same token, with ``forward_to`` naming its
   receiver, to up to :data:`RELAYS` other core members, those with the
   shortest measured round trip first; each passes it on once (per hop, and
@@ -52,8 +53,14 @@ RELAYS = 3
 LOSS_MEMORY = 4
 """Suspicion timeouts a loss keeps this member lossy."""
 
-MAX_CARRIED = 1024
-"""Most payloads one token carries (the rest are fetched, as without)."""
+MAX_CARRIED = 64
+"""Most payloads one token carries (the rest are fetched, as without): the
+window of a ring at a few messages per visit fits; a saturated ring's
+window (thousands) would make every copy of a resend, spurious or not,
+cost what the window weighs (docs/token-ring.md, *Losses*)."""
+
+MAX_CARRIED_BYTES = 1 << 16
+"""Most payload and signature bytes one token carries (one payload at least)."""
 
 
 class TokenCopies:
@@ -89,9 +96,13 @@ class TokenCopies:
         """The payloads of ``state``'s window held here, but ``dest``'s own,
         as their sources broadcast them (unstamped)."""
         out: list[Event] = []
+        room = MAX_CARRIED_BYTES
         for _, event in self._s.book.entries(state.low, state.next_seq):
             if event.source == dest:
                 continue
+            room -= len(event.payload) + len(event.signature)
+            if out and room < 0:
+                break
             out.append(event if event.ts == 0 else attrs.evolve(event, ts=0))
             if len(out) >= MAX_CARRIED:
                 break
