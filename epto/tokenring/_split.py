@@ -5,9 +5,9 @@ parts one after the other is receiving the whole. Each part of a catch-up
 keeps ``stable`` and ``oldest``, each part of a notice its state (learning
 it twice is learning it once). A token too big with the payloads it carries
 goes as a catch-up of those payloads (``stable`` and ``oldest`` 0: it
-claims nothing) followed by the token without them. The codec (``epto.wire.FrameCodec``) halves
-again until every part fits, or raises when a part of one element still
-does not.
+claims nothing) followed by the token without them. The codec
+(``epto.wire.FrameCodec``) halves again until every part fits, or raises
+when a part of one element still does not.
 """
 
 from __future__ import annotations
