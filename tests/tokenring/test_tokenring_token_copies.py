@@ -20,7 +20,7 @@ from epto.transports.simulation import SimulationSpec, TokenRingCluster, run_sim
 from epto import Event, Limits
 from epto.tokenring import TokenRingConfig, TokenRingProcess, splitting_registry
 from epto.tokenring._frames import token_ring_registry
-from epto.tokenring._messages import Catchup, Token
+from epto.tokenring._messages import Batch, Catchup, Fetch, Token, TokenAck, TokenState
 from epto.tokenring._tokencopies import RELAYS
 from epto.wire import FrameCodec
 
@@ -175,3 +175,37 @@ def test_a_token_too_big_with_its_payloads_goes_as_a_catch_up_then_the_token() -
     carried = [e for m in decoded[:-1] for e in m.events if isinstance(m, Catchup)]
     assert tuple(carried) == events
     assert all(isinstance(m, Catchup) and m.entries == () for m in decoded[:-1])
+
+
+@pytest.mark.parametrize("carried", [True, False])
+def test_a_token_carrying_the_payload_its_receiver_lacks_is_accepted_without_a_fetch(
+    carried: bool,
+) -> None:
+    """The token sequenced a broadcast whose send to this member was lost:
+    carried along, it is accepted at once; without it, the member fetches
+    from the token's sender first."""
+    cluster = TokenRingCluster(5, TokenRingConfig(), seed=1)
+    cluster.run_until(1.0)  # no broadcasts: every book is empty
+    proc = cluster.procs[2]
+    proc.messages_to_send()
+    event = Event(source=4, seq=0, ts=0, payload=b"lost on its way to 2")
+    state = TokenState(
+        instance=proc.config.instance,
+        hop=10_000,
+        next_seq=1,
+        low=0,
+        stable=0,
+        batches=(Batch(first=0, ids=(event.id,), holders=frozenset({1})),),
+        sources=((4, 1),),
+    )
+    token = Token(state=state, events=(event,) if carried else ())
+    now = cluster.now
+    proc.receive(1, token, now)
+    sent = proc.messages_to_send()
+    if proc.get_timer() <= now:  # a fetch due at once leaves at the next turn
+        proc.handle_timer(now)
+        sent += proc.messages_to_send()
+    fetched = any(d == 1 and isinstance(m, Fetch) for d, m in sent)
+    assert (1, TokenAck(instance=state.instance, hop=state.hop)) in sent
+    assert proc.holds_token() is carried
+    assert fetched is not carried
