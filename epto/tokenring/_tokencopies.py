@@ -97,7 +97,10 @@ class TokenCopies:
         as their sources broadcast them (unstamped)."""
         out: list[Event] = []
         room = MAX_CARRIED_BYTES
-        for _, event in self._s.book.entries(state.low, state.next_seq):
+        # A bounded walk: the receiver's own events are skipped, the rest
+        # fill the token up to MAX_CARRIED.
+        end = min(state.next_seq, state.low + 4 * MAX_CARRIED)
+        for _, event in self._s.book.entries(state.low, end):
             if event.source == dest:
                 continue
             room -= len(event.payload) + len(event.signature)
