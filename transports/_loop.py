@@ -96,12 +96,17 @@ class DeliveryBuffer:
         """:meth:`put` every delivery ``next_delivery`` hands out, until it
         has none or an overflow stops the buffer (one call per turn, not per
         delivery: a turn moves every delivery an input produced)."""
-        put = self.put
+        items = self._items
+        append = items.append
+        capacity = self.capacity
         while not self.overflowed:
             delivery = next_delivery()
             if delivery is None:
                 return
-            put(delivery)
+            if len(items) < capacity:
+                append(delivery)  # put(), without a call per delivery
+            else:
+                self.put(delivery)
 
     def get(self) -> Delivery | None:
         return self._items.popleft() if self._items else None

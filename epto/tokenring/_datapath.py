@@ -108,7 +108,9 @@ class DataPath:
         s = self._s
         seq = self._next_seq
         self._next_seq += 1
-        event = Event(source=s.pid, seq=seq, ts=0, payload=bytes(payload))
+        if type(payload) is not bytes:
+            payload = bytes(payload)  # an immutable copy of a bytearray or a view
+        event = Event(source=s.pid, seq=seq, ts=0, payload=payload)
         if self._signer is not None:
             event = attrs.evolve(event, signature=self._signer(event))
         self._own[seq] = (event, now)
@@ -226,15 +228,16 @@ class DataPath:
         own = self._own
         optimistic = self._optimistic
         if optimistic is None:
-            self._deliveries.extend(Delivery(event=e) for e in events)
+            self._deliveries.extend([Delivery(event=e) for e in events])
         else:
             final = DeliveryTag.FINAL
             self._deliveries.extend(
                 Delivery(event=e, tag=final, reordered=optimistic.finalize(e.id)) for e in events
             )
-        for e in events:
-            if e.source == me:
-                own.pop(e.seq, None)
+        if own:
+            for e in events:
+                if e.source == me:
+                    own.pop(e.seq, None)
 
     # -- catch-ups ------------------------------------------------------------
 

@@ -10,6 +10,7 @@ Layouts are in docs/wire-format.md ("Token ring").
 
 from __future__ import annotations
 
+import functools
 import struct
 from itertools import repeat
 
@@ -107,7 +108,7 @@ def put_events(out: Out, events: tuple[Event, ...], limits: Limits) -> None:
 
 def get_events(r: Reader, limits: Limits) -> tuple[Event, ...]:
     n = r.count(4, limits.max_events_per_ball, EVENT_HEAD_SIZE, "events")
-    return tuple(get_event(r, limits) for _ in range(n))
+    return tuple([get_event(r, limits) for _ in range(n)])
 
 
 def put_ids(out: Out, ids: tuple[EventId, ...], limits: Limits) -> None:
@@ -146,10 +147,22 @@ def put_id_runs(out: Out, ids: tuple[EventId, ...], limits: Limits) -> None:
 
 def get_id_runs(r: Reader, limits: Limits) -> tuple[EventId, ...]:
     limit = limits.max_events_per_ball
-    n = r.count(4, limit, _RUN.size, "id runs")
+    n = r.count(4, limit, _RUN.size, "id runs")  # checks that the runs fit
+    start = r.pos
+    r.pos = start + n * _RUN.size
+    return _expand_runs(bytes(r.data[start : r.pos]), limit)
+
+
+@functools.lru_cache(maxsize=32)
+def _expand_runs(runs: bytes, limit: int) -> tuple[EventId, ...]:
+    """The ids the encoded ``runs`` list, checked (a refusal raises, and is
+    not remembered). Remembered because a token carries each batch of its
+    window on every hop until the batch is stable: a member expands it once,
+    and the same tuple comes back for the later hops, which also makes
+    recognising a batch it learned already (``OrderBook.learn_batches``) an
+    identity test. Bounded: 32 batches of at most ``limit`` ids."""
     ids: list[EventId] = []
-    for _ in range(n):
-        source, first, count = r.unpack(_RUN)
+    for source, first, count in _RUN.iter_unpack(runs):
         check_run(first, count, len(ids), limit)
         ids.extend(zip(repeat(source, count), range(first, first + count), strict=True))
     return tuple(ids)

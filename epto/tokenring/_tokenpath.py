@@ -483,7 +483,7 @@ class TokenPath:
         used = 0
         for b in token.batches:
             known = cache.get(b.first)
-            if known is not None and known[0] == b.ids:
+            if known is not None and (known[0] is b.ids or known[0] == b.ids):
                 used += known[1]
                 continue
             size = book.window_bytes(b.first, b.ids)

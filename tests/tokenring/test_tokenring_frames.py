@@ -311,6 +311,34 @@ def test_batches_and_assignments_travel_as_runs() -> None:
     assert c.decode(frame).message == Order(state=state, assigned=assigned)
 
 
+def test_a_batch_carried_again_is_expanded_once() -> None:
+    # A token carries each batch of its window on every hop until it is
+    # stable: the second decoding returns the very tuple of the first (what
+    # OrderBook.learn_batches recognises by identity), equal to the original.
+    c = codec()
+    ids = tuple((source, seq) for source in (1, 2) for seq in range(10, 60))
+    batch = Batch(first=7, ids=ids, holders=frozenset({1}))
+    state = TokenState(instance=1, hop=2, next_seq=107, low=0, stable=0, batches=(batch,))
+    first = c.decode(c.encode(1, Token(state=state))[0]).message
+    again = c.decode(c.encode(1, Token(state=attrs.evolve(state, hop=3)))[0]).message
+    assert first.state.batches[0].ids == ids
+    assert again.state.batches[0].ids is first.state.batches[0].ids
+
+
+def test_a_refused_run_is_refused_every_time() -> None:
+    # Remembering expansions must not remember a refusal as an answer.
+    from epto.wire._frames import pack_header
+
+    c = codec()
+    kind = token_ring_registry().by_type(Token)
+    body = struct.pack(">QQQQQQ", 1, 1, 1, 0, 0, 0) + struct.pack(">I", 1)
+    body += struct.pack(">Q", 0) + struct.pack(">I", 1) + struct.pack(">QQI", 9, 5, 0)
+    body += struct.pack(">I", 0) + struct.pack(">I", 0)
+    for _ in range(3):
+        assert c.receive(pack_header(kind.code, 1, GROUP) + body) is None
+    assert c.rejected["bad-value"] == 3
+
+
 @pytest.mark.parametrize(
     ("first", "count", "fault"),
     [(5, 0, "bad-value"), (2**64 - 2, 3, "bad-value"), (0, 5000, "too-many")],
