@@ -50,22 +50,33 @@ def _data(out: fp.Out, m: Data, lim: Limits) -> None:
 
 def _token(out: fp.Out, m: Token, lim: Limits) -> None:
     fp.put_state(out, m.state, lim)
-    # Optional trailing fields: a token without them is the state alone, as before.
-    if m.events or m.forward_to is not None:
+    # Optional trailing fields: a token without them is the state alone, as
+    # before. After the events, 8 bytes are forward_to, 1 byte copy, 9 both.
+    if m.events or m.forward_to is not None or m.copy:
         fp.put_events(out, m.events, lim)
     if m.forward_to is not None:
         out.u64(m.forward_to)
+    if m.copy:
+        out.u8(m.copy)
 
 
 def _get_token(r: Reader, lim: Limits) -> Token:
     state = fp.get_state(r, lim)
     events = fp.get_events(r, lim) if r.remaining else ()
-    forward_to = r.u64() if r.remaining else None
-    return Token(state=state, events=events, forward_to=forward_to)
+    forward_to = r.u64() if r.remaining in (8, 9) else None
+    copy = r.u8() if r.remaining == 1 else 0  # anything else is refused as trailing
+    return Token(state=state, events=events, forward_to=forward_to, copy=copy)
 
 
 def _token_ack(out: fp.Out, m: TokenAck, _lim: Limits) -> None:
     out.pack(fp.EID, m.instance, m.hop)
+    if m.copy:
+        out.u8(m.copy)  # optional: an acknowledgement of a first send is as before
+
+
+def _get_token_ack(r: Reader, _lim: Limits) -> TokenAck:
+    instance, hop = r.u64(), r.u64()
+    return TokenAck(instance=instance, hop=hop, copy=r.u8() if r.remaining else 0)
 
 
 def _order(out: fp.Out, m: Order, lim: Limits) -> None:
@@ -195,7 +206,7 @@ _KINDS: tuple[tuple[int, str, type[Any], Put, Get], ...] = (
         "tr-token-ack",
         TokenAck,
         _token_ack,
-        lambda r, lim: TokenAck(instance=r.u64(), hop=r.u64()),
+        _get_token_ack,
     ),
     (19, "tr-order", Order, _order, _get_order),
     (20, "tr-heartbeat", Heartbeat, _heartbeat, _get_heartbeat),

@@ -127,11 +127,18 @@ class Token:
     payloads of its window (``events``: what its receiver might lack, so
     that it need not fetch them before it accepts), and its holder sends
     copies through other core members: a copy with ``forward_to`` set asks
-    its receiver to pass the token on to that member, once per hop."""
+    its receiver to pass the token on to that member, once per hop.
+
+    ``copy`` numbers the sends of one hop to its receiver: 0 the first, ``n``
+    the ``n``-th resend (at most 255). The receiver echoes it in its
+    :class:`TokenAck`, so the holder knows which copy arrived: a resend
+    whose earlier copy is acknowledged was not needed (nothing was lost),
+    and every acknowledgement times the copy it answers."""
 
     state: TokenState
     events: tuple[Event, ...] = ()
     forward_to: ProcessId | None = None
+    copy: int = 0
 
 
 @attrs.frozen(kw_only=True, slots=True)
@@ -139,10 +146,12 @@ class TokenAck:
     """The token of ``instance`` sent at ``hop`` arrived and was accepted (or
     had been): the sender stops retransmitting it. Retransmitting the same
     token to the same member is harmless, since a member accepts a token only
-    if its hop is above every snapshot it knows."""
+    if its hop is above every snapshot it knows. ``copy`` is the
+    acknowledged copy's (:attr:`Token.copy`)."""
 
     instance: int
     hop: int
+    copy: int = 0
 
 
 @attrs.frozen(kw_only=True, slots=True)

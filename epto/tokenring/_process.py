@@ -238,8 +238,8 @@ class TokenRingProcess:
         """The timeouts in use (``Shared.settings``): ``config``'s, fitted to the
         round trips measured and the core, backed off while view changes
         bring no progress (:class:`._membership.Timing`)."""
-        self._sent_token: tuple[ProcessId, int, int, float, bool] | None = None
-        """The token passed last: (to, instance, hop, first sent, resent)."""
+        self._sent_token: tuple[ProcessId, int, int, dict[int, float]] | None = None
+        """The token passed last: (to, instance, hop, when each copy was sent)."""
         self._changes_seen = 0
         self._fit_core = 0
         self._fit_timing(now)
@@ -462,16 +462,18 @@ class TokenRingProcess:
         s.settings = self._timing.config(core)
 
     def _token_acked(self, sender: ProcessId, ack: TokenAck, now: float) -> None:
-        """A round-trip sample: the token we passed came back acknowledged
-        (not after a resend, whose acknowledgement could be the first send's)."""
+        """A round-trip sample: the token we passed came back acknowledged,
+        timed from the send of the copy the acknowledgement names (so a
+        resend does not make it ambiguous, as TCP's timestamps do not)."""
         sent = self._sent_token
         if sent is None or sent[0] != sender or sent[1] != ack.instance or sent[2] != ack.hop:
             return
         self._sent_token = None
-        if not sent[4]:
+        at = sent[3].get(ack.copy)
+        if at is not None:
             s = self._s
-            s.trips.sample(sender, now - sent[3], len(s.ring.members))
-            if self._timing.sample(now - sent[3]):
+            s.trips.sample(sender, now - at, len(s.ring.members))
+            if self._timing.sample(now - at):
                 self._fit_timing(now)
 
     def _watch_timing(self, now: float) -> None:
@@ -570,14 +572,14 @@ class TokenRingProcess:
         return out
 
     def _token_sent(self, dest: ProcessId, token: Token) -> None:
-        """Note the token passed (its acknowledgement is a round trip); a
-        resend of it makes the sample ambiguous (Karn's rule)."""
+        """Note when each copy of the token passed was sent (its
+        acknowledgement names the copy: a round trip)."""
         state = token.state
         sent = self._sent_token
         if sent is not None and sent[:3] == (dest, state.instance, state.hop):
-            self._sent_token = (*sent[:4], True)
+            sent[3][token.copy] = self._s.now
         else:
-            self._sent_token = (dest, state.instance, state.hop, self._s.now, False)
+            self._sent_token = (dest, state.instance, state.hop, {token.copy: self._s.now})
 
     def output_ready(self) -> bool:
         """Whether :meth:`messages_to_send` or :meth:`deliveries` would hand

@@ -4,10 +4,11 @@ fetch sent to another member), from the round trips a member measures.
 As TCP derives its retransmission timeout (RFC 6298, *Computing TCP's
 Retransmission Timer*): ``srtt`` and ``rttvar`` follow the samples, and the
 timeout is ``srtt + 4 * rttvar``. The samples are the round trips a member
-already makes: a token passed and acknowledged without a resend, and a fetch
-answered by the member it was sent to without a second fetch to it meanwhile
-(Karn's rule: an answer to a request sent twice is no sample). Before any
-sample the timeout is ``initial``.
+already makes: a token passed and acknowledged, timed from the send of the
+copy the acknowledgement names (``Token.copy``, as TCP's timestamps time a
+segment sent twice), and a fetch answered by the member it was sent to
+without a second fetch to it meanwhile (Karn's rule: an answer to a request
+sent twice is no sample). Before any sample the timeout is ``initial``.
 """
 
 from __future__ import annotations

@@ -117,8 +117,8 @@ class Shared:
         self.loss_seen = -math.inf
         """When this member last saw a message lost: a gap on a link from a
         peer or a peer reporting ours missing (``Outbox.on_heartbeat``), or a
-        token it sent again (``TokenPath``; undone when both copies turn out
-        to have arrived). The token's copies (:mod:`._tokencopies`) go while
+        token it sent again (``TokenPath``; undone when an earlier copy turns
+        out to have arrived). The token's copies (:mod:`._tokencopies`) go while
         that is recent."""
         self.trips = PeerRoundTrips(2 * cfg.fetch_timeout)
         """The round trips this member measures to each member (a token

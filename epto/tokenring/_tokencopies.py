@@ -62,6 +62,9 @@ cost what the window weighs (docs/token-ring.md, *Losses*)."""
 MAX_CARRIED_BYTES = 1 << 16
 """Most payload and signature bytes one token carries (one payload at least)."""
 
+MAX_COPY = 255
+"""The largest :attr:`Token.copy` (one byte): later resends of a hop say 255."""
+
 
 class TokenCopies:
     """One process's copies of the token: carried payloads, relays, forwards."""
@@ -78,16 +81,18 @@ class TokenCopies:
         s = self._s
         return now - s.loss_seen < LOSS_MEMORY * s.settings.suspect_timeout
 
-    def send(self, dest: ProcessId, state: TokenState, now: float) -> None:
-        """Send the token ``state`` to ``dest``: alone, or, while lossy, with
-        its window's payloads and copies through other core members."""
+    def send(self, dest: ProcessId, state: TokenState, now: float, *, copy: int = 0) -> None:
+        """Send the token ``state`` to ``dest`` (``copy``: 0 the first send of
+        its hop, ``n`` the ``n``-th resend, :attr:`Token.copy`): alone, or,
+        while lossy, with its window's payloads and copies through other
+        core members."""
         if not self.lossy(now):
-            self._out.send(dest, Token(state=state))
+            self._out.send(dest, Token(state=state, copy=copy))
             return
         counts = self._s.counts
         events = self._window(dest, state)
         counts.payloads_carried += len(events)
-        self._out.send(dest, Token(state=state, events=events))
+        self._out.send(dest, Token(state=state, events=events, copy=copy))
         for via in self._relays(dest):
             self._out.send(via, Token(state=state, events=events, forward_to=dest))
             counts.tokens_relayed += 1

@@ -35,8 +35,11 @@ Rules:
   ``max(fetch_timeout, suspect_timeout / 2)``; or at once when another
   message comes from that member ``1.25 x srtt`` or more after the last
   send (:meth:`TokenPath.heard_from`: the link works now, and the copy was
-  lost). A token sent again counts as a loss (``Shared.loss_seen``) unless
-  both copies are acknowledged; while losses are recent, every token sent
+  lost). Each send of a hop is numbered (``Token.copy``) and its receiver
+  names the copy it acknowledges: a token sent again counts as a loss
+  (``Shared.loss_seen``) until an earlier copy is acknowledged, and every
+  acknowledgement is a round trip from the send of its copy. While losses
+  are recent, every token sent
   carries its window's payloads and goes through other core members too
   (:mod:`._tokencopies`).
 * A fenced process (it promised in a view change, ``fenced_since``) takes no
@@ -65,7 +68,7 @@ from ._membership import Input, Role
 from ._messages import ConfigRequest, Order, Token, TokenAck, TokenState
 from ._outbox import Outbox
 from ._shared import Shared
-from ._tokencopies import TokenCopies
+from ._tokencopies import MAX_COPY, TokenCopies
 
 if TYPE_CHECKING:
     from ._optimistic import OptimisticPath
@@ -133,10 +136,12 @@ class TokenPath:
         sent, how many times sent again)."""
         self._accepted_hop = -1
         """Hop of the last token of the current configuration accepted here."""
-        self._doubt: tuple[ProcessId, int, int, float, float] | None = None
-        """The last resend taken as a loss (``Shared.loss_seen``): its
-        receiver, instance, hop, when, and ``loss_seen`` before it; undone
-        if both copies turn out to have arrived (:meth:`on_token_ack`)."""
+        self._doubt: tuple[ProcessId, int, int, float, dict[int, float]] | None = None
+        """The resends of the last hop sent again, taken as a loss
+        (``Shared.loss_seen``): its receiver, instance, hop, when it was
+        last sent again, and each resend's copy number with ``loss_seen``
+        before it; undone back to the first resend that was not needed
+        once an earlier copy turns out to have arrived (:meth:`on_token_ack`)."""
         self.vouched = 0
         """Token states this process accepted or created (sequenced and
         passed on) since it started: each one is a state it vouches for
@@ -216,7 +221,7 @@ class TokenPath:
         if passed is not None and now >= passed[2] + self._resend_period(passed[0], passed[3]):
             # No acknowledgement: the link may have broken with the token in
             # flight. Send the same token again, to the same member.
-            self._resending(passed[0], passed[1], now)
+            self._resending(passed[0], passed[1], now, passed[3] + 1)
             self._passed = (passed[0], passed[1], now, passed[3] + 1)
             self._s.counts.token_resends += 1
 
@@ -238,17 +243,25 @@ class TokenPath:
         srtt = s.trips.srtt(sender)
         if srtt is None or now - passed[2] < max(s.settings.token_hold, 1.25 * srtt):
             return
-        self._resending(sender, passed[1], now)
+        self._resending(sender, passed[1], now, passed[3] + 1)
         self._passed = (sender, passed[1], now, passed[3] + 1)
         s.counts.token_resends += 1
 
-    def _resending(self, dest: ProcessId, state: TokenState, now: float) -> None:
-        """Send the token ``state`` to ``dest`` again, taking that as a loss
-        until both copies turn out to have arrived."""
+    def _resending(self, dest: ProcessId, state: TokenState, now: float, copy: int) -> None:
+        """Send the token ``state`` to ``dest`` again (its ``copy``-th resend),
+        taking that as a loss until an earlier copy turns out to have
+        arrived (:meth:`on_token_ack`)."""
         s = self._s
-        self._doubt = (dest, state.instance, state.hop, now, s.loss_seen)
+        copy = min(copy, MAX_COPY)
+        doubt = self._doubt
+        key = (dest, state.instance, state.hop)
+        if doubt is not None and doubt[:3] == key and s.loss_seen == doubt[3]:
+            before = {**doubt[4], copy: s.loss_seen}
+        else:
+            before = {copy: s.loss_seen}
+        self._doubt = (*key, now, before)
         s.loss_seen = now
-        self._copies.send(dest, state, now)
+        self._copies.send(dest, state, now, copy=copy)
 
     # -- receiving ------------------------------------------------------------
 
@@ -268,20 +281,22 @@ class TokenPath:
             or s.role is not Role.CORE
         ):
             return
+        # Every copy that arrives is acknowledged, naming the copy.
+        ack = TokenAck(instance=state.instance, hop=state.hop, copy=msg.copy)
         if state.hop <= self._accepted_hop:
             # A retransmission of a token already accepted here.
-            self._out.send(sender, TokenAck(instance=state.instance, hop=state.hop))
+            self._out.send(sender, ack)
             return
         if self.pending is not None and self.pending[1].hop >= state.hop:
             # A retransmission of the token waiting here: acknowledged already.
             if self.pending[1].hop == state.hop:
-                self._out.send(sender, TokenAck(instance=state.instance, hop=state.hop))
+                self._out.send(sender, ack)
             return
         # Acknowledged on receipt, before the messages it waits for are here:
         # its sender stops sending it again (each send is one more chance for
         # a link that breaks to lose what is in flight), and the round trip
         # it measures is the link's, not the wait (``Shared.trips``).
-        self._out.send(sender, TokenAck(instance=state.instance, hop=state.hop))
+        self._out.send(sender, ack)
         self.offer(sender, state, now)
 
     def on_token_ack(self, sender: ProcessId, msg: TokenAck, now: float) -> None:
@@ -293,17 +308,19 @@ class TokenPath:
             and msg.hop >= passed[1].hop
         ):
             self._passed = None
-            return
         doubt = self._doubt
         if doubt is not None and doubt[:3] == (sender, msg.instance, msg.hop):
-            # A second acknowledgement of a token sent again: its receiver
-            # acknowledges every copy that arrives, so both did, and nothing
-            # was lost (as TCP tells a spurious retransmission by a duplicate
-            # acknowledgement). The copies are not worth sending for it.
-            self._doubt = None
-            s = self._s
-            if s.loss_seen == doubt[3]:
-                s.loss_seen = doubt[4]
+            later = [copy for copy in doubt[4] if copy > msg.copy]
+            if later:
+                # A copy sent before the resends in ``later`` arrived (its
+                # receiver names the copy it acknowledges): they were not
+                # needed, and nothing was lost (as TCP's timestamps tell a
+                # spurious retransmission, at its first acknowledgement).
+                # The copies are not worth sending for them.
+                self._doubt = None
+                s = self._s
+                if s.loss_seen == doubt[3]:
+                    s.loss_seen = doubt[4][min(later)]
 
     def on_order(self, sender: ProcessId, msg: Order, now: float) -> None:
         if msg.state.instance != self._s.ring.instance or self.fenced_since is not None:

@@ -99,9 +99,10 @@ def hostile_message(rng: random.Random, members: tuple[int, ...]) -> Message:
             state=_state(rng, members),
             events=tuple(_event(rng, rng.choice(members)) for _ in range(rng.randrange(3))),
             forward_to=rng.choice([None, _n(rng), *members]),
+            copy=rng.choice([0, 1, 255]),
         )
     if kind == 3:
-        return TokenAck(instance=_n(rng), hop=_n(rng))
+        return TokenAck(instance=_n(rng), hop=_n(rng), copy=rng.choice([0, 1, 255]))
     if kind == 4:
         return Order(state=_state(rng, members), assigned=((_n(rng), (src, _n(rng))),))
     if kind == 5:

@@ -121,8 +121,9 @@ messages = st.one_of(
         state=states,
         events=st.lists(events, max_size=3).map(tuple),
         forward_to=st.none() | u64,
+        copy=st.integers(0, 255),
     ),
-    st.builds(TokenAck, instance=u64, hop=u64),
+    st.builds(TokenAck, instance=u64, hop=u64, copy=st.integers(0, 255)),
     st.builds(
         Order,
         state=states,

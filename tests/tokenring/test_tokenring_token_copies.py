@@ -157,10 +157,23 @@ def test_a_token_without_copies_keeps_the_old_frame_and_copies_round_trip() -> N
         Token(state=state, events=(event,)),
         Token(state=state, events=(event,), forward_to=3),
         Token(state=state, forward_to=3),
+        Token(state=state, copy=1),
+        Token(state=state, forward_to=3, copy=255),
+        Token(state=state, events=(event,), forward_to=3, copy=2),
     ):
         [frame] = codec.encode(7, message)
         assert len(frame) > len(plain)
         assert codec.decode_message(frame) == (7, message)
+    # An acknowledgement of a first send is the old frame; of a resend, one byte more.
+    [first] = codec.encode(7, TokenAck(instance=1, hop=2))
+    [again] = codec.encode(7, TokenAck(instance=1, hop=2, copy=3))
+    assert len(again) == len(first) + 1
+    assert codec.decode_message(again) == (7, TokenAck(instance=1, hop=2, copy=3))
+    # After the events, only 0, 1, 8 or 9 bytes may follow.
+    [with_events] = codec.encode(7, Token(state=state, events=(event,)))
+    for extra in (2, 7, 10):
+        assert codec.receive(with_events + bytes(extra)) is None
+    assert codec.rejected["trailing"] == 3
 
 
 def test_a_token_too_big_with_its_payloads_goes_as_a_catch_up_then_the_token() -> None:
@@ -209,3 +222,61 @@ def test_a_token_carrying_the_payload_its_receiver_lacks_is_accepted_without_a_f
     assert (1, TokenAck(instance=state.instance, hop=state.hop)) in sent
     assert proc.holds_token() is carried
     assert fetched is not carried
+
+
+def test_a_receiver_acknowledges_each_copy_by_its_number() -> None:
+    cluster, proc = _settled_member()
+    state = attrs.evolve(proc.config.state, instance=proc.config.instance, hop=10_000)
+    for copy in (2, 0, 5):  # accepted at the first, a retransmission after
+        proc.receive(1, Token(state=state, copy=copy), cluster.now)
+        sent = proc.messages_to_send()
+        assert (1, TokenAck(instance=state.instance, hop=state.hop, copy=copy)) in sent
+
+
+def _until_token(proc: TokenRingProcess, now: float) -> tuple[float, list[tuple[int, object]]]:
+    """Run ``proc``'s timers (at most 50) until one sends a token; when,
+    and what that turn sent."""
+    for _ in range(50):
+        now = max(now, proc.get_timer())
+        proc.handle_timer(now)
+        sent = proc.messages_to_send()
+        if any(isinstance(m, Token) for _, m in sent):
+            return now, sent
+    raise AssertionError("no token sent")
+
+
+def _pass_and_resend(
+    proc: TokenRingProcess, hop: int, now: float
+) -> tuple[TokenState, list[tuple[int, object]], float]:
+    """``proc`` (member 2) accepts a token from 1, passes it to 3, hears no
+    acknowledgement and sends it again: that hop's state, what the resend
+    sent, and when."""
+    state = attrs.evolve(proc.config.state, instance=proc.config.instance, hop=hop)
+    proc.receive(1, Token(state=state), now)
+    proc.messages_to_send()
+    now, sent = _until_token(proc, now)
+    [(dest, passed)] = [(d, m) for d, m in sent if isinstance(m, Token)]
+    assert dest == 3 and isinstance(passed, Token) and passed.copy == 0
+    now, resent = _until_token(proc, now)
+    return passed.state, resent, now
+
+
+@pytest.mark.parametrize("acknowledged", [0, 1])
+def test_a_resend_is_a_loss_until_an_earlier_copy_is_acknowledged(acknowledged: int) -> None:
+    """The first send of a hop (copy 0) is acknowledged after its resend
+    (copy 1) left: nothing was lost, and the next token passed goes alone.
+    The resend acknowledged instead: the first send was lost, and the next
+    token passed goes through the other core members too."""
+    cluster, proc = _settled_member()
+    state, resent, now = _pass_and_resend(proc, 10_000, cluster.now)
+    direct = [m for d, m in resent if isinstance(m, Token) and d == 3]
+    assert [(m.state, m.copy) for m in direct] == [(state, 1)]
+    assert any(isinstance(m, Token) and m.forward_to == 3 for _, m in resent)
+    proc.receive(3, TokenAck(instance=state.instance, hop=state.hop, copy=acknowledged), now)
+    proc.messages_to_send()
+    state = attrs.evolve(proc.config.state, instance=proc.config.instance, hop=20_000)
+    proc.receive(1, Token(state=state), now)
+    proc.messages_to_send()
+    _, sent = _until_token(proc, now)
+    relayed = any(isinstance(m, Token) and m.forward_to == 3 for _, m in sent)
+    assert relayed is (acknowledged == 1)
