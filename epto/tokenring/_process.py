@@ -463,8 +463,8 @@ class TokenRingProcess:
 
     def _token_acked(self, sender: ProcessId, ack: TokenAck, now: float) -> None:
         """A round-trip sample: the token we passed came back acknowledged,
-        timed from the send of the copy the acknowledgement names (so a
-        resend does not make it ambiguous, as TCP's timestamps do not)."""
+        timed from the send of the copy the acknowledgement names: a resend
+        leaves it unambiguous, as TCP's timestamps do."""
         sent = self._sent_token
         if sent is None or sent[0] != sender or sent[1] != ack.instance or sent[2] != ack.hop:
             return
