@@ -451,8 +451,6 @@ class OrderBook:
         stable = self.stable
         add_delivered = delivered_ids.add
         append = out.append
-        blake2b = _blake2b
-        from_bytes = int.from_bytes
         n = 0
         try:
             while seq < stable:
@@ -477,11 +475,7 @@ class OrderBook:
                 add_delivered(source, number)
                 log[seq] = stamped
                 seq += 1
-                # chain(digest, eid), inline: once per delivery.
-                digest = from_bytes(
-                    blake2b(b"%d:%d:%d" % (digest, source, number), digest_size=8).digest(),
-                    "big",
-                )
+                digest = chain(digest, eid)
                 digests[seq] = digest
                 n += 1
                 if checks:
