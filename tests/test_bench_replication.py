@@ -59,3 +59,24 @@ def test_a_stalled_worker_is_continued_after_its_stall() -> None:
     finally:
         proc.kill()
     assert out.strip() == "continued"
+
+
+def test_an_incomplete_run_shows_no_cpu_figure_to_compare() -> None:
+    # Its workers count CPU until the timeout, not until the last command.
+    row = {
+        "system": "epto-trio",
+        "throughput": 1000.0,
+        "local_p50": 0.01,
+        "local_p99": 0.02,
+        "all_p50": 0.01,
+        "all_p99": 0.02,
+        "cpu": 7.5,
+        "applied": 8936,
+        "complete": False,
+    }
+    line = replication._row(row, 3000)
+    assert "incomplete: 8936 of 9000" in line
+    assert "cpu 7.50 s until the timeout" in line
+    assert " 7.50 " not in line.split("  incomplete")[0]
+    complete = replication._row({**row, "complete": True, "applied": 9000}, 3000)
+    assert "7.50" in complete and "timeout" not in complete

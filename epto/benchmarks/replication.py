@@ -12,6 +12,8 @@ applies every command it delivers to a counter and records when. Figures:
   and at the last of the three replicas (all), p50 and p99;
 * cpu s: CPU seconds the three workers used from their first submission until
   they had applied every command (less noisy than the rates on a shared machine);
+  a run that did not apply everything shows ``-`` there, and its notes the CPU
+  counted until the timeout, which is not comparable;
 * EpTO's floor: an event is delivered once stable, ``TTL`` rounds after it
   was broadcast, so latency cannot go below TTL x round interval.
 
@@ -762,32 +764,43 @@ def run(args: argparse.Namespace) -> int:
             print(f"{system:<11} failed: {r['error']}")
             status = 1
             continue
-        notes = []
         if not r["complete"]:
-            notes.append(f"incomplete: {r['applied']} of {3 * args.commands}")
             status = 1
-        if "check" in r:
-            notes.append(f"order {r['check']}")
-        if "losses" in r:
-            notes.extend(_loss_notes(r["losses"]))
-        if r.get("changes"):
-            notes.append(f"{r['changes']} view changes")
-        if "fetches" in r:
-            # Always shown for the token ring: on reliable FIFO links a fetch
-            # means a message was lost or late.
-            notes.append(f"{r['fetches']} fetches")
-            if r.get("token_resends") or r.get("tokens_relayed"):
-                notes.append(
-                    f"{r['token_resends']} token resends, {r['tokens_relayed']} relayed copies"
-                )
-            dropped = f"{r['dropped']} frames dropped"
-            if r["dropped_before"]:
-                dropped += f" ({r['dropped_before']} before the start)"
-            notes.append(dropped)
-        ms = 1000.0
-        print(
-            f"{r['system']:<11} {r['throughput']:>10.0f} {r['local_p50'] * ms:>8.1f}ms "
-            f"{r['local_p99'] * ms:>8.1f}ms {r['all_p50'] * ms:>7.1f}ms "
-            f"{r['all_p99'] * ms:>7.1f}ms {r['cpu']:>6.2f}  " + ", ".join(notes)
-        )
+        print(_row(r, args.commands))
     return status
+
+
+def _row(r: dict[str, Any], commands: int) -> str:
+    """One system's line of the table (``r``: what :func:`_measure` returned)."""
+    notes = []
+    cpu = f"{r['cpu']:>6.2f}"
+    if not r["complete"]:
+        notes.append(f"incomplete: {r['applied']} of {3 * commands}")
+        # Its workers counted CPU until the timeout, not until the last
+        # command applied: not comparable with a complete run's.
+        notes.append(f"cpu {r['cpu']:.2f} s until the timeout")
+        cpu = f"{'-':>6}"
+    if "check" in r:
+        notes.append(f"order {r['check']}")
+    if "losses" in r:
+        notes.extend(_loss_notes(r["losses"]))
+    if r.get("changes"):
+        notes.append(f"{r['changes']} view changes")
+    if "fetches" in r:
+        # Always shown for the token ring: on reliable FIFO links a fetch
+        # means a message was lost or late.
+        notes.append(f"{r['fetches']} fetches")
+        if r.get("token_resends") or r.get("tokens_relayed"):
+            notes.append(
+                f"{r['token_resends']} token resends, {r['tokens_relayed']} relayed copies"
+            )
+        dropped = f"{r['dropped']} frames dropped"
+        if r["dropped_before"]:
+            dropped += f" ({r['dropped_before']} before the start)"
+        notes.append(dropped)
+    ms = 1000.0
+    return (
+        f"{r['system']:<11} {r['throughput']:>10.0f} {r['local_p50'] * ms:>8.1f}ms "
+        f"{r['local_p99'] * ms:>8.1f}ms {r['all_p50'] * ms:>7.1f}ms "
+        f"{r['all_p99'] * ms:>7.1f}ms {cpu}  " + ", ".join(notes)
+    )
