@@ -69,7 +69,7 @@ from epto.endpoint import (
 from epto.tokenring import TokenRingProcess
 
 from ._trio.loop import TrioDriver
-from ._trio.tcp_config import TcpNodeConfig, TcpNodeStatistics, node_transport
+from ._trio.tcp_config import TCP_DEFAULTS, TcpNodeConfig, TcpNodeStatistics, node_transport
 from ._trio.tcp_inbound import Inbound, InboundGate
 from ._trio.tcp_links import PeerLinks
 from ._trio.tcp_tokenring import MemberExcludedError, TokenRingNodeStatistics, ring_limits
@@ -236,9 +236,6 @@ class TcpNode(TrioDriver, Generic[E]):
         )
 
 
-_TCP_DEFAULTS = TcpNodeConfig()
-
-
 class TokenRingNode(TcpNode[TokenRingEndpoint]):
     """One token-ring member on TCP; an async context manager owning its tasks.
 
@@ -300,7 +297,7 @@ class TokenRingNode(TcpNode[TokenRingEndpoint]):
         # A full view change sends the unstable window in one frame.
         config.tokenring.check_limits(limits)
         idle = max(30.0, 2 * config.tokenring.exclude_timeout)
-        if tcp is not None and tcp.idle_timeout != _TCP_DEFAULTS.idle_timeout:
+        if tcp is not None and tcp.idle_timeout != TCP_DEFAULTS.idle_timeout:
             ring = config.tokenring
             least = 3 * max(ring.suspect_timeout, ring.change_timeout)
             if not tcp.idle_timeout >= least:

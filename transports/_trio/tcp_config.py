@@ -22,6 +22,7 @@ from epto.endpoint import OPENER_MAX, Address, NodeConfig, OverflowPolicy, parse
 
 __all__ = [
     "MIN_FIRST_FRAME",
+    "TCP_DEFAULTS",
     "TcpNodeConfig",
     "TcpNodeStatistics",
     "node_transport",
@@ -163,7 +164,9 @@ class TcpNodeStatistics:
     """Most bytes one incoming stream's reader held at once since the start."""
 
 
-_TCP_DEFAULTS = TcpNodeConfig()
+TCP_DEFAULTS = TcpNodeConfig()
+"""The transport's settings left at their defaults (what a given setting is
+compared with)."""
 
 _SHARED = ("bind", "advertise", "delivery_buffer", "overflow", "flush_timeout")
 """The fields both :class:`NodeConfig` and :class:`TcpNodeConfig` have: the
@@ -195,7 +198,7 @@ def node_transport(
         return TcpNodeConfig(**shared)
     for name, ours in shared.items():
         given = getattr(tcp, name)
-        if name != "idle_timeout" and given != getattr(_TCP_DEFAULTS, name) and given != ours:
+        if name != "idle_timeout" and given != getattr(TCP_DEFAULTS, name) and given != ours:
             raise ConfigurationError(
                 f"{owner}: tcp.{name}={given!r} is not the configuration's ({ours!r}); "
                 "set it in the NodeConfig"
